@@ -1,0 +1,26 @@
+"""numba_cache: a persistent, inspectable cache of PyTensor's numba kernels.
+
+Importing this package registers the ``NUMBA_CACHE`` mode::
+
+    import numba_cache
+    f = pytensor.function(inputs, outputs, mode="NUMBA_CACHE")
+"""
+
+from numba_cache import settings
+from numba_cache.kernels.report import reset_session_stats, session_stats
+from numba_cache.kernels.uncacheable import register_uncacheable
+from numba_cache.linker import MODE_NAME, NumbaCacheLinker, numba_cache_mode, register
+
+__version__ = "0.1.0"
+
+register()
+
+__all__ = [
+    "MODE_NAME",
+    "NumbaCacheLinker",
+    "numba_cache_mode",
+    "register_uncacheable",
+    "reset_session_stats",
+    "session_stats",
+    "settings",
+]

@@ -1,0 +1,84 @@
+"""Python source of the generated functions: op kernel wrappers and graph functions.
+
+Names in generated code are positional (``i0`` for input 0, ``v3_1`` for output
+1 of node 3, ``c2`` for constant 2, ``k3`` for the kernel of node 3), so the
+source depends only on the graph's structure, never on variable names or ids.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from textwrap import indent
+
+from pytensor.graph.basic import Constant
+
+#: Bump when the shape of generated code changes; it is part of every key.
+CODEGEN_VERSION = 1
+
+_IDENTIFIER_UNSAFE = re.compile(r"\W+")
+
+
+def identifier(text: str, limit: int = 40) -> str:
+    """A Python identifier made from `text` (e.g. an op's class name)."""
+    name = _IDENTIFIER_UNSAFE.sub("_", text).strip("_")[:limit] or "op"
+    return name if not name[0].isdigit() else f"_{name}"
+
+
+def kernel_source(function_name: str, n_inputs: int) -> str:
+    """Source of an op kernel: a wrapper calling the hoisted global ``impl``."""
+    args = ", ".join(f"i{i}" for i in range(n_inputs))
+    return f"def {function_name}({args}):\n    return impl({args})\n"
+
+
+@dataclass
+class GraphSource:
+    """Generated source of a graph function and the globals it expects.
+
+    `kernels` maps global names to apply nodes (each needs an op kernel);
+    `constants` maps global names to constant variables.
+    """
+
+    function_name: str
+    source: str
+    kernels: dict = field(default_factory=dict)
+    constants: dict = field(default_factory=dict)
+
+
+def graph_source(fgraph, function_name: str) -> GraphSource:
+    """Generate the Python function that evaluates `fgraph` node by node."""
+    names: dict = {}
+    constants: dict = {}
+    kernels: dict = {}
+    for position, variable in enumerate(fgraph.inputs):
+        names[variable] = f"i{position}"
+
+    def name_of(variable):
+        if variable not in names:
+            if not isinstance(variable, Constant):
+                raise ValueError(f"{variable} is not computed before it is used")
+            names[variable] = f"c{len(constants)}"
+            constants[names[variable]] = variable
+        return names[variable]
+
+    lines = []
+    for index, node in enumerate(fgraph.toposort()):
+        arguments = ", ".join(name_of(variable) for variable in node.inputs)
+        outputs = []
+        for position, output in enumerate(node.outputs):
+            names[output] = f"v{index}_{position}"
+            outputs.append(names[output])
+        kernel = f"k{index}"
+        kernels[kernel] = node
+        lines.append(indent(str(node), "# "))
+        lines.append(f"{', '.join(outputs)} = {kernel}({arguments})")
+
+    returned = [name_of(variable) for variable in fgraph.outputs]
+    if len(returned) == 1:
+        lines.append(f"return ({returned[0]},)")
+    else:
+        lines.append(f"return ({', '.join(returned)})" if returned else "return None")
+    arguments = ", ".join(names[variable] for variable in fgraph.inputs)
+    body = indent("\n".join(lines), "    ")
+    source = f"def {function_name}({arguments}):\n{body}\n"
+    return GraphSource(function_name, source, kernels, constants)

@@ -1,0 +1,192 @@
+"""The one place where a numba compile turns into a cache lookup.
+
+:class:`KernelCache` is the cache object numba consults on every compile of a
+dispatcher (``load_overload`` before, ``save_overload`` after). One store entry
+holds one kernel (a key) with one compiled overload per numba signature, each as
+its own checksummed blob, like numba's own index-per-function.
+
+On a miss the entry lock is taken before compiling, so processes compiling the
+same key compile it once: the others wait, then load what the first one wrote.
+The lock is released when the dispatcher's ``compile`` returns or raises
+(:meth:`KernelCache.compiling`). A miss also calls ``prepare`` right before numba
+compiles: that is where a graph kernel's globals (op kernels, constants) are
+built, so a hit never converts a single op.
+
+Nothing here may make a compile fail: a store fault or an unloadable payload is
+reported, counted, repaired and treated as a miss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import warnings
+from collections.abc import Callable
+
+from numba.core.caching import _Cache
+
+from numba_cache.kernels import report
+from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
+from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
+from numba_cache.store import Entry, StoreWarning
+
+_OVERLOAD_PREFIX = "kernel:"
+
+
+def overload_blob_name(signature) -> str:
+    return f"{_OVERLOAD_PREFIX}{signature}"
+
+
+class KernelCache(_Cache):
+    """numba cache object of one kernel key, backed by the numba_cache store.
+
+    `prepare` is called on a miss, right before numba compiles; it may return an
+    :class:`Uncacheable` verdict (e.g. a graph whose op kernel is uncacheable).
+    `verdict` is a verdict known before compiling.
+    """
+
+    def __init__(self, context, key, source: str, prepare: Callable | None = None,
+                 verdict: Uncacheable | None = None):
+        self._context = context
+        self._key = key
+        self._source = source
+        self._prepare = prepare
+        self._verdict = verdict
+        self._verdict_is_stored = False
+        self._prepared = False
+        self._entry: Entry | None = None
+        self._held_locks: list[list] = []
+
+    @property
+    def key(self):
+        return self._key
+
+    @property
+    def cache_path(self):
+        return str(self._context.store.root)
+
+    def enable(self):
+        pass
+
+    def disable(self):
+        pass
+
+    def flush(self):
+        pass
+
+    @contextlib.contextmanager
+    def compiling(self):
+        """Scope of one ``Dispatcher.compile`` call: releases locks taken on a miss."""
+        frame: list = []
+        self._held_locks.append(frame)
+        try:
+            yield
+        finally:
+            self._held_locks.pop()
+            for lock in reversed(frame):
+                lock.__exit__(None, None, None)
+
+    @property
+    def _persistent(self) -> bool:
+        unkeyable = self._verdict is not None and self._verdict.reason == "unkeyable"
+        return self._context.enabled and not unkeyable
+
+    def load_overload(self, sig, target_context):
+        if not self._persistent:
+            if self._verdict is not None:
+                report.uncacheable(self._context, self._key, self._verdict)
+            self._run_prepare()
+            return None
+        fingerprint = self._context.fingerprint.digest
+        entry = self._context.store.load(fingerprint, self._key.digest)
+        cres = self._load_from(entry, sig, target_context)
+        if cres is None and self._verdict is None and self._held_locks:
+            lock = self._context.store.lock(fingerprint, self._key.digest)
+            lock.__enter__()
+            self._held_locks[-1].append(lock)
+            # Another process may have compiled it while we waited for the lock.
+            entry = self._context.store.load(fingerprint, self._key.digest)
+            cres = self._load_from(entry, sig, target_context)
+        if cres is not None:
+            report.record(self._context, f"{self._key.kind}.hit")
+            report.lookup(self._context, self._key, "hit")
+            return cres
+        if self._verdict is not None:
+            report.uncacheable(self._context, self._key, self._verdict)
+        else:
+            report.record(self._context, f"{self._key.kind}.miss")
+            report.lookup(self._context, self._key, "miss")
+        self._run_prepare()
+        return None
+
+    def _load_from(self, entry: Entry | None, sig, target_context):
+        self._entry = entry
+        if entry is None:
+            return None
+        if not entry.cacheable:
+            self._verdict = Uncacheable(entry.reason or "unknown", entry.components.get("detail", ""))
+            self._verdict_is_stored = True
+            return None
+        payload = entry.blobs.get(overload_blob_name(sig))
+        if payload is None:
+            return None
+        try:
+            return load_compile_result(payload, target_context)
+        except Exception as exc:  # any failure to rebuild means the entry is unusable
+            warnings.warn(
+                f"numba_cache: removing entry {self._key.short} ({self._key.summary}), "
+                f"its kernel could not be loaded: {exc!r}; recompiling",
+                StoreWarning,
+                stacklevel=2,
+            )
+            report.record(self._context, "corrupt")
+            self._context.store.remove(self._context.fingerprint.digest, self._key.digest)
+            return None
+
+    def _run_prepare(self):
+        if self._prepare is None or self._prepared:
+            return
+        self._prepared = True
+        verdict = self._prepare()
+        if verdict is not None and self._verdict is None:
+            self._verdict = verdict
+            report.uncacheable(self._context, self._key, verdict)
+
+    def save_overload(self, sig, cres):
+        if not self._persistent or self._verdict_is_stored:
+            return
+        verdict = self._verdict or inspect_compile_result(cres)
+        if verdict is not None:
+            if self._verdict is None:
+                self._verdict = verdict
+                report.uncacheable(self._context, self._key, verdict)
+            self._save(cacheable=False, verdict=verdict, blobs={})
+            self._verdict_is_stored = True
+            return
+        try:
+            payload = dump_compile_result(cres)
+        except Exception as exc:
+            verdict = Uncacheable("unserializable", f"numba could not serialize it: {exc!r}")
+            report.uncacheable(self._context, self._key, verdict)
+            return
+        existing = self._entry
+        blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
+        blobs[overload_blob_name(sig)] = payload
+        self._save(cacheable=True, verdict=None, blobs=blobs)
+
+    def _save(self, cacheable: bool, verdict: Uncacheable | None, blobs: dict):
+        components = dict(self._key.components)
+        if verdict is not None:
+            components["detail"] = verdict.detail
+        entry = Entry(
+            key=self._key.digest,
+            fingerprint=self._context.fingerprint.digest,
+            kind=self._key.kind,
+            summary=self._key.summary,
+            components=components,
+            cacheable=cacheable,
+            reason=None if verdict is None else verdict.reason,
+            created=time.time(),
+            blobs=blobs,
+        )
+        self._context.store.save(entry, source=self._source)

@@ -1,0 +1,71 @@
+"""Per-process state of the cache: settings, store, fingerprint, self-test verdict."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import dataclass
+
+from numba_cache import settings as settings_module
+from numba_cache.keys import Fingerprint, current_fingerprint
+from numba_cache.kernels.serialize import self_test
+from numba_cache.store import Store, StoreWarning
+
+_SELF_TEST_MARKER = "selftest.ok"
+
+
+@dataclass(frozen=True)
+class CacheContext:
+    """What a compile needs to consult the cache. `enabled` is False when the cache
+    is disabled by settings or turned itself off after a failed self-test."""
+
+    settings: settings_module.Settings
+    store: Store
+    fingerprint: Fingerprint
+    enabled: bool
+
+
+def current_context() -> CacheContext:
+    """The context for the settings and PyTensor flags in force now."""
+    settings = settings_module.current()
+    fingerprint = current_fingerprint()
+    return _context(settings, fingerprint.digest, fingerprint)
+
+
+@functools.lru_cache(maxsize=16)
+def _context(settings, fingerprint_digest, fingerprint) -> CacheContext:
+    store = _store(settings)
+    enabled = not settings.disabled and _self_test_passed(store, fingerprint_digest)
+    return CacheContext(settings, store, fingerprint, enabled)
+
+
+@functools.lru_cache(maxsize=8)
+def _store(settings) -> Store:
+    return Store(settings)
+
+
+def _self_test_passed(store: Store, fingerprint_digest: str) -> bool:
+    """Round-trip a tiny kernel once per fingerprint and store root.
+
+    Success is remembered by a marker file, so warm processes pay nothing.
+    """
+    marker = store.root / fingerprint_digest / _SELF_TEST_MARKER
+    if marker.exists():
+        return True
+    try:
+        self_test()
+    except Exception as exc:
+        warnings.warn(
+            f"numba_cache is turned off for this process: numba's compile results "
+            f"could not be serialized and rebuilt ({exc!r}). Compiles still work, "
+            "uncached. Is the installed numba outside numba_cache's supported range?",
+            StoreWarning,
+            stacklevel=3,
+        )
+        return False
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        marker.touch()
+    except OSError:
+        pass  # a read-only store still works; the test just runs again next time
+    return True

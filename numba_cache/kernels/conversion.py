@@ -1,0 +1,92 @@
+"""Converting PyTensor ops to numba kernels, on a miss only.
+
+Each op goes through PyTensor's own numba dispatch (``numba_funcify_and_cache_key``),
+so every op PyTensor supports is supported, and third-party ops registered with
+``register_funcify_and_cache_key`` work unchanged. The returned implementation is
+hoisted into a generated wrapper kernel with its own key and cache entry: the
+second cache level, which lets a new graph made of known ops skip their compiles.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+
+from numba_cache.codegen.module import compile_function
+from numba_cache.codegen.sources import identifier, kernel_source
+from numba_cache.keys.canonical import UnkeyableValue
+from numba_cache.keys.kernels import op_kernel_key
+from numba_cache.kernels.cache import KernelCache
+from numba_cache.kernels.dispatcher import cached_dispatcher
+from numba_cache.kernels.uncacheable import Uncacheable, registered_reason, unkeyed
+
+
+def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
+    """A cached numba dispatcher computing `node`, and its uncacheable verdict if any."""
+    from pytensor import config
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+
+    op = node.op
+    with config.change_flags(generated_src_dir=str(generated_source_dir(context))):
+        impl, pytensor_key = numba_funcify_and_cache_key(
+            op, node=node, storage_map=storage_map, ofg_memo=ofg_memo
+        )
+    verdict = registered_reason(op)
+    if verdict is None and pytensor_key is None:
+        verdict = Uncacheable(
+            "no-pytensor-key",
+            f"PyTensor's numba conversion of {type(op).__qualname__} gives no cache key "
+            "(a legacy registration, an object-mode fallback or an explicit opt-out)",
+        )
+    try:
+        key = op_kernel_key(node, str(pytensor_key), context.fingerprint)
+    except UnkeyableValue as exc:
+        key, verdict = unkeyed("op", f"op {str(op)[:60]}", exc)
+
+    name = f"{identifier(type(op).__name__)}_{key.short}"
+    source = kernel_source(name, len(node.inputs))
+    filename = source_label(context, key, verdict)
+    function = compile_function(source, name, filename, {"impl": impl})
+    cache = KernelCache(context, key, source, verdict=verdict)
+    dispatcher = cached_dispatcher(
+        function, cache, called_from_python=False, fastmath=config.numba__fastmath
+    )
+    return dispatcher, verdict
+
+
+def source_label(context, key, verdict) -> str:
+    """The file name generated source is compiled under: its copy in the store."""
+    if verdict is not None and verdict.reason == "unkeyable":
+        return f"<numba_cache unkeyed {key.short}>"
+    return str(context.store.source_path(context.fingerprint.digest, key.digest))
+
+
+def generated_source_dir(context) -> Path:
+    """Where PyTensor's own generated source goes while we convert ops.
+
+    PyTensor writes the source of some conversions (Scan, OpFromGraph, inner
+    graphs) to a new file in the system temp directory unless
+    ``config.generated_src_dir`` is set; we point it into the store (content-
+    addressed, shared, pruned by PyTensor's age-based cleanup), or, for a store
+    we may not write, into a private directory removed at exit.
+    """
+    if context.enabled and not context.settings.readonly:
+        directory = context.store.root / context.fingerprint.digest / "generated_src"
+        with contextlib.suppress(OSError):
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            return directory
+    return _private_source_dir()
+
+
+_private_dir: list[Path] = []
+
+
+def _private_source_dir() -> Path:
+    if not _private_dir:
+        directory = Path(tempfile.mkdtemp(prefix="numba_cache_src_"))
+        atexit.register(shutil.rmtree, directory, ignore_errors=True)
+        _private_dir.append(directory)
+    return _private_dir[0]

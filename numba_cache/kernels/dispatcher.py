@@ -1,0 +1,38 @@
+"""numba dispatchers whose compiles go through a :class:`KernelCache`."""
+
+from __future__ import annotations
+
+from numba.core.registry import CPUDispatcher
+
+
+class CachedDispatcher(CPUDispatcher):
+    """A CPU dispatcher that holds its cache's single-flight lock while compiling."""
+
+    def compile(self, sig):
+        with self._cache.compiling():
+            return super().compile(sig)
+
+
+def fastmath_flags(enabled: bool):
+    """PyTensor's opinionated fastmath set (see ``pytensor.link.numba.dispatch.basic``)."""
+    if not enabled:
+        return False
+    return {"arcp", "contract", "afn", "reassoc", "nsz"}
+
+
+def cached_dispatcher(py_func, cache, *, called_from_python: bool, fastmath: bool):
+    """Wrap `py_func` in a :class:`CachedDispatcher` that consults `cache`.
+
+    Kernels only called from other kernels skip numba's CPython and cfunc
+    wrappers, which cost compile time and are never used.
+    """
+    targetoptions = {
+        "nopython": True,
+        "boundscheck": None,
+        "fastmath": fastmath_flags(fastmath),
+    }
+    if not called_from_python:
+        targetoptions |= {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+    dispatcher = CachedDispatcher(py_func=py_func, locals={}, targetoptions=targetoptions)
+    dispatcher._cache = cache
+    return dispatcher

@@ -1,0 +1,57 @@
+"""The whole-graph kernel: the first cache level.
+
+The graph's key and generated source are computed from the graph alone, without
+converting any op. Only when the store misses does ``prepare`` convert each node
+into an op kernel (second level) and bind it, with the graph's constants, into
+the generated function's globals, right before numba compiles.
+"""
+
+from __future__ import annotations
+
+from numba_cache.codegen.module import compile_function
+from numba_cache.codegen.sources import graph_source
+from numba_cache.keys.canonical import UnkeyableValue
+from numba_cache.keys.graph import graph_summary
+from numba_cache.keys.kernels import graph_kernel_key
+from numba_cache.kernels.cache import KernelCache
+from numba_cache.kernels.conversion import op_kernel, source_label
+from numba_cache.kernels.dispatcher import cached_dispatcher
+from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
+
+
+def graph_kernel(fgraph, context, storage_map: dict | None = None):
+    """A numba dispatcher evaluating `fgraph`, loaded from the store when possible."""
+    from pytensor import config
+
+    try:
+        key, verdict = graph_kernel_key(fgraph, context.fingerprint), None
+    except UnkeyableValue as exc:
+        key, verdict = unkeyed("graph", graph_summary(fgraph), exc)
+    name = f"graph_{key.short}"
+    generated = graph_source(fgraph, name)
+    function = compile_function(generated.source, name, source_label(context, key, verdict))
+    storage_map = {} if storage_map is None else storage_map
+
+    def prepare() -> Uncacheable | None:
+        from pytensor.link.numba.dispatch.basic import numba_typify
+
+        namespace = function.__globals__
+        for global_name, constant in generated.constants.items():
+            namespace[global_name] = numba_typify(constant.data, variable=constant)
+        uncacheable_ops = []
+        ofg_memo: dict = {}
+        for global_name, node in generated.kernels.items():
+            namespace[global_name], op_verdict = op_kernel(node, context, storage_map, ofg_memo)
+            if op_verdict is not None:
+                uncacheable_ops.append(f"{node.op} ({op_verdict.reason})")
+        if uncacheable_ops:
+            return Uncacheable(
+                "contains-uncacheable",
+                "it links uncacheable op kernels: " + ", ".join(uncacheable_ops[:5]),
+            )
+        return None
+
+    cache = KernelCache(context, key, generated.source, prepare=prepare, verdict=verdict)
+    return cached_dispatcher(
+        function, cache, called_from_python=True, fastmath=config.numba__fastmath
+    )

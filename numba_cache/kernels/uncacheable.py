@@ -1,0 +1,122 @@
+"""Deciding which kernels must never be persisted, and why.
+
+A persisted kernel runs in another process. Anything the machine code holds
+that is only valid in the compiling process (a function pointer, a ctypes or
+cython address, a dynamic global) makes it crash or misbehave there; numba
+caches an integer address frozen into a kernel without any warning. Detection
+is layered, cheapest first:
+
+Before compiling
+  - op types registered with :func:`register_uncacheable`;
+  - PyTensor's dispatch returned no cache key (legacy registrations, object-mode
+    fallbacks, explicit opt-outs);
+  - the op cannot be described by content (see :mod:`numba_cache.keys`).
+After compiling, before writing (:func:`inspect_compile_result`)
+  - numba's own criteria: object mode, lifted code that cannot be cached,
+    dynamic globals (ctypes pointers, constants too large or non-contiguous to
+    freeze), an environment without a module;
+  - a scan of the final LLVM IR for integer constants that are addresses mapped
+    in this process (``/proc/self/maps``), i.e. a baked pointer.
+
+Kernels that look their BLAS/LAPACK pointers up at run time (PyTensor's
+``_call_cached_ptr`` keeps them in a null-initialised global) hold no address
+and stay cacheable.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import sys
+import uuid
+from dataclasses import dataclass
+
+from numba_cache.keys.key import Key
+
+_registry: dict[type, str] = {}
+
+# Integer literals of pointer size in LLVM IR; small values cannot be addresses.
+_IR_INTEGER = re.compile(r"\bi64 (-?\d{7,20})\b")
+_MIN_ADDRESS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Uncacheable:
+    """Why a kernel is not persisted: a short `reason` code and a human `detail`."""
+
+    reason: str
+    detail: str
+
+
+def register_uncacheable(op_type: type, detail: str) -> None:
+    """Never persist kernels of `op_type` (and its subclasses); `detail` says why."""
+    _registry[op_type] = detail
+
+
+def registered_reason(op) -> Uncacheable | None:
+    for op_type in type(op).__mro__:
+        if op_type in _registry:
+            return Uncacheable("registered", f"{op_type.__qualname__}: {_registry[op_type]}")
+    return None
+
+
+def inspect_compile_result(cres) -> Uncacheable | None:
+    """The reason a freshly compiled kernel must not be persisted, or None."""
+    if cres.objectmode:
+        return Uncacheable("object-mode", "compiled in numba object mode")
+    if any(not lifted.can_cache for lifted in cres.lifted):
+        return Uncacheable("lifted-code", "contains lifted loops that numba cannot cache")
+    if cres.library.has_dynamic_globals:
+        return Uncacheable(
+            "dynamic-globals",
+            "uses dynamic globals (ctypes/cython pointers, or a constant too large "
+            "or non-contiguous to freeze into machine code)",
+        )
+    if not cres.environment.can_cache():
+        return Uncacheable("dynamic-environment", "its environment has no module to rebuild from")
+    address = baked_address(cres.library.get_llvm_str())
+    if address is not None:
+        return Uncacheable(
+            "baked-address",
+            f"machine code holds the address {address:#x} of this process "
+            "(a function pointer or buffer frozen into the kernel)",
+        )
+    return None
+
+
+def baked_address(llvm_ir: str) -> int | None:
+    """The first integer in `llvm_ir` that points into memory mapped in this process."""
+    regions = _mapped_regions()
+    if not regions:
+        return None
+    starts = [start for start, _ in regions]
+    for match in _IR_INTEGER.finditer(llvm_ir):
+        value = int(match.group(1)) & 0xFFFFFFFFFFFFFFFF
+        if value < _MIN_ADDRESS:
+            continue
+        index = bisect.bisect_right(starts, value) - 1
+        if index >= 0 and value < regions[index][1]:
+            return value
+    return None
+
+
+def _mapped_regions() -> list[tuple[int, int]]:
+    if not sys.platform.startswith("linux"):
+        return []
+    regions = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            start, end = line.split(" ", 1)[0].split("-")
+            regions.append((int(start, 16), int(end, 16)))
+    regions.sort()
+    return regions
+
+
+def unkeyed(kind: str, summary: str, error: Exception) -> tuple[Key, Uncacheable]:
+    """A placeholder key for something that cannot be keyed, and the verdict saying so.
+
+    The key is unique to this call and never stored or looked up; it only names
+    the kernel in reports.
+    """
+    components = {"unkeyable": str(error), "nonce": uuid.uuid4().hex}
+    return Key.from_components(kind, summary, components), Uncacheable("unkeyable", str(error))

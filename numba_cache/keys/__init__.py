@@ -1,0 +1,12 @@
+"""Cache keys: stable sha256 keys per op kernel and per graph, with their components.
+
+- :mod:`.fingerprint`: the environment every key is salted with;
+- :mod:`.canonical`: content descriptions of values (props, constants, types);
+- :mod:`.ops` and :mod:`.graph`: descriptions of ops and whole graphs;
+- :mod:`.kernels`: the keys of the two cache levels (graph kernel, op kernel).
+"""
+
+from numba_cache.keys.fingerprint import Fingerprint, current_fingerprint
+from numba_cache.keys.key import Key
+
+__all__ = ["Fingerprint", "Key", "current_fingerprint"]

@@ -1,0 +1,101 @@
+"""The environment fingerprint: everything outside a graph that changes machine code.
+
+A kernel compiled under one fingerprint is only ever loaded under the same one:
+entries are stored under the fingerprint's digest, and the digest is also mixed
+into every key. Components are read without compiling anything (well under a
+millisecond): the CPU triple, name and features are the ones numba's own
+``CPUCodegen.magic_tuple()`` is made of, read from the same sources.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import platform
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+
+#: Version of numba_cache's key and entry formats; bump to invalidate every entry.
+FORMAT_VERSION = 1
+
+_VERSIONED_PACKAGES = ("numba", "llvmlite", "numpy", "scipy", "pytensor")
+
+#: PyTensor config flags that change the code numba generates for a graph.
+PYTENSOR_FLAGS = ("floatX", "numba__fastmath")
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A digest with the named components it was computed from."""
+
+    components: dict = field(compare=False)
+    digest: str
+
+    @classmethod
+    def from_components(cls, components: dict) -> Fingerprint:
+        canonical = json.dumps(components, sort_keys=True, separators=(",", ":"))
+        return cls(components, hashlib.sha256(canonical.encode()).hexdigest())
+
+
+def _package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _cpu_components() -> dict:
+    import llvmlite.binding as llvm
+    from numba.core import config as numba_config
+    from numba.core.codegen import get_host_cpu_features
+
+    return {
+        "cpu_triple": llvm.get_process_triple(),
+        "cpu_name": numba_config.CPU_NAME or llvm.get_host_cpu_name(),
+        "cpu_features": (
+            numba_config.CPU_FEATURES
+            if numba_config.CPU_FEATURES is not None
+            else get_host_cpu_features()
+        ),
+    }
+
+
+def _numba_flags() -> dict:
+    from numba.core import config as numba_config
+
+    return {
+        "numba_opt": str(numba_config.OPT),
+        "numba_boundscheck": str(numba_config.BOUNDSCHECK),
+        "numba_debuginfo": str(numba_config.DEBUGINFO_DEFAULT),
+        "numba_fastmath_default": str(getattr(numba_config, "FASTMATH", None)),
+    }
+
+
+def _pytensor_flags() -> dict:
+    from pytensor import config
+
+    return {f"pytensor_{flag}": str(getattr(config, flag)) for flag in PYTENSOR_FLAGS}
+
+
+@functools.cache
+def _static_components() -> tuple:
+    components = {
+        "format_version": FORMAT_VERSION,
+        "python": f"{sys.implementation.name}-{platform.python_version()}",
+        **{name: _package_version(name) for name in _VERSIONED_PACKAGES},
+        **_cpu_components(),
+        **_numba_flags(),
+    }
+    return tuple(sorted(components.items()))
+
+
+def current_fingerprint() -> Fingerprint:
+    """The fingerprint of this process, with the PyTensor flags in force now.
+
+    Package versions, CPU and numba flags are read once per process (they cannot
+    change without a restart); PyTensor flags are re-read because
+    ``config.change_flags`` can change them at any time.
+    """
+    return Fingerprint.from_components(dict(_static_components()) | _pytensor_flags())

@@ -1,0 +1,56 @@
+"""The keys of the two cache levels: a whole-graph kernel, and one kernel per op.
+
+Both are salted with the environment fingerprint and the codegen version. An op
+kernel's key also carries PyTensor's own per-op cache key (which versions the
+dispatch implementation) and the content of constant inputs, since some
+conversions specialise on them.
+"""
+
+from __future__ import annotations
+
+from pytensor.graph.basic import Constant
+
+from numba_cache.codegen.sources import CODEGEN_VERSION
+from numba_cache.keys.canonical import digest, qualified_name
+from numba_cache.keys.graph import constant_digest, describe_graph, graph_summary
+from numba_cache.keys.key import Key
+from numba_cache.keys.ops import describe_op, describe_type
+
+
+def graph_kernel_key(fgraph, fingerprint) -> Key:
+    description = describe_graph(fgraph)
+    return Key.from_components(
+        "graph",
+        graph_summary(fgraph),
+        {
+            "fingerprint": fingerprint.digest,
+            "codegen": CODEGEN_VERSION,
+            "graph": description.digest,
+            "inputs": description.inputs,
+            "outputs": description.outputs,
+            "nodes": description.nodes,
+        },
+    )
+
+
+def op_kernel_key(node, pytensor_key: str, fingerprint) -> Key:
+    op = node.op
+    return Key.from_components(
+        "op",
+        f"op {str(op)[:60]}",
+        {
+            "fingerprint": fingerprint.digest,
+            "codegen": CODEGEN_VERSION,
+            "op_type": qualified_name(type(op)),
+            "op": digest(describe_op(op)),
+            "pytensor_key": pytensor_key,
+            "inputs": [describe_type(variable.type) for variable in node.inputs],
+            "constant_inputs": {
+                str(position): constant_digest(variable)
+                for position, variable in enumerate(node.inputs)
+                if isinstance(variable, Constant)
+            },
+            "outputs": [describe_type(variable.type) for variable in node.outputs],
+        },
+    )
+

@@ -1,0 +1,71 @@
+"""Op and type descriptions: everything about an op that can change its kernel.
+
+An op is described by its class and ``__props__`` (nested scalar ops and the
+inner graphs of ``Composite``, ``Scan`` and ``OpFromGraph`` included, by the
+content digest of the inner graph), plus its destroy and view maps, which decide
+inplace behaviour. Ops without ``__props__`` get a registered description, or
+fall back to their public attributes.
+"""
+
+from __future__ import annotations
+
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.type import Type
+
+from numba_cache.keys.canonical import canonical, props_description, qualified_name
+
+
+def describe_op(op) -> list:
+    """JSON description of an op, including its inplace (destroy/view) maps."""
+    return [
+        canonical(op),
+        canonical(getattr(op, "destroy_map", {})),
+        canonical(getattr(op, "view_map", {})),
+    ]
+
+
+def describe_type(pytensor_type: Type) -> list:
+    """JSON description of a PyTensor type (dtype, static shape, ...)."""
+    return canonical(pytensor_type)
+
+
+@canonical.register(FunctionGraph)
+def _(fgraph):
+    # Imported here: graph.py imports this module.
+    from numba_cache.keys.graph import describe_graph
+
+    return ["fgraph", describe_graph(fgraph).digest]
+
+
+def _public_state(obj) -> list:
+    state = {name: value for name, value in vars(obj).items() if not name.startswith("_")}
+    return ["state", qualified_name(type(obj)), canonical(state)]
+
+
+def _register_pytensor_descriptions() -> None:
+    from pytensor.compile.builders import OpFromGraph
+    from pytensor.scalar.basic import ScalarOp
+    from pytensor.scan.op import Scan
+
+    @canonical.register(ScalarOp)
+    def _(op):
+        if hasattr(op, "__props__"):
+            return props_description(op)
+        return _public_state(op)
+
+    @canonical.register(Scan)
+    def _(op):
+        return [
+            "scan",
+            canonical(op.info),
+            canonical(op.fgraph),
+            canonical(op.truncate_gradient),
+            canonical(getattr(op, "as_while", False)),
+        ]
+
+    @canonical.register(OpFromGraph)
+    def _(op):
+        return ["op_from_graph", qualified_name(type(op)), canonical(op.fgraph)]
+
+
+_register_pytensor_descriptions()

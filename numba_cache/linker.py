@@ -1,0 +1,52 @@
+"""The PyTensor linker and mode that compile through numba_cache.
+
+``NumbaCacheLinker`` is PyTensor's numba linker with one change: a graph turns
+into a cached whole-graph kernel (:func:`numba_cache.kernels.graph.graph_kernel`)
+instead of a freshly converted one. It takes PyTensor's numba rewrites as they
+are, so ``NUMBA_CACHE`` computes exactly what ``NUMBA`` computes.
+"""
+
+from __future__ import annotations
+
+from pytensor.compile.mode import Mode, predefined_linkers, predefined_modes, register_linker, register_mode
+from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+from pytensor.link.basic import JITLinker
+from pytensor.link.numba.linker import NumbaLinker
+
+from numba_cache.kernels import fork_safety
+
+MODE_NAME = "NUMBA_CACHE"
+LINKER_NAME = "numba_cache"
+
+
+class NumbaCacheLinker(JITLinker):
+    """A JIT linker whose numba kernels are loaded from and saved to numba_cache's store."""
+
+    required_rewrites = NumbaLinker.required_rewrites
+    incompatible_rewrites = NumbaLinker.incompatible_rewrites
+
+    def fgraph_convert(self, fgraph, storage_map=None, **kwargs):
+        from numba_cache.kernels.context import current_context
+        from numba_cache.kernels.graph import graph_kernel
+
+        return graph_kernel(fgraph, current_context(), storage_map)
+
+    def jit_compile(self, kernel):
+        return kernel
+
+    def create_thunk_inputs(self, storage_map):
+        return [storage_map[variable] for variable in self.fgraph.inputs]
+
+
+def numba_cache_mode() -> Mode:
+    """A new ``Mode`` with numba_cache's linker and PyTensor's numba rewrites."""
+    return Mode(NumbaCacheLinker(), RewriteDatabaseQuery(include=["fast_run", "numba"]))
+
+
+def register() -> None:
+    """Register the ``numba_cache`` linker and the ``NUMBA_CACHE`` mode (idempotent)."""
+    fork_safety.install()
+    if LINKER_NAME not in predefined_linkers:
+        register_linker(LINKER_NAME, NumbaCacheLinker())
+    if MODE_NAME not in predefined_modes:
+        register_mode(MODE_NAME, numba_cache_mode())

@@ -1,0 +1,158 @@
+"""Settings of numba_cache: where the store lives and how it may be used.
+
+Every setting has three sources, highest priority first:
+
+1. Python: ``numba_cache.settings.configure(root=..., max_size="2G", ...)``;
+2. the environment: ``NBCACHE_DIR``, ``NBCACHE_DISABLE``, ``NBCACHE_READONLY``,
+   ``NBCACHE_MAX_SIZE``, ``NBCACHE_LOCK_TIMEOUT``;
+3. the defaults in :data:`DEFAULTS`.
+
+The environment is read on every call of :func:`current`, so a subprocess or a
+test that changes it sees the change. numba's own ``NUMBA_CACHE_DIR`` is
+deliberately not used: it belongs to numba's (and PyTensor's) cache.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "numba_cache"
+
+#: Default values, by setting name.
+DEFAULTS = {
+    "max_size": 2 * 1024**3,
+    "disabled": False,
+    "readonly": False,
+    "lock_timeout": 600.0,
+}
+
+#: Environment variable of each setting.
+ENVIRONMENT = {
+    "root": "NBCACHE_DIR",
+    "disabled": "NBCACHE_DISABLE",
+    "readonly": "NBCACHE_READONLY",
+    "max_size": "NBCACHE_MAX_SIZE",
+    "lock_timeout": "NBCACHE_LOCK_TIMEOUT",
+}
+
+_SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+class SettingsError(ValueError):
+    """A setting has a value that cannot be used; the message says which and why."""
+
+
+def parse_size(text: str | int, what: str = "size") -> int:
+    """Parse a byte count such as ``"2G"``, ``"500M"``, ``"1.5GiB"`` or ``1024``.
+
+    Units are powers of 1024. Raises :class:`SettingsError` naming `what`.
+    """
+    if isinstance(text, int):
+        if text < 0:
+            raise SettingsError(f"{what} must not be negative, got {text}")
+        return text
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise SettingsError(
+            f"{what}: cannot read {text!r} as a size; use a number with an optional "
+            "unit K, M, G or T (powers of 1024), for example 500M or 2G"
+        )
+    number, unit = match.groups()
+    return int(float(number) * _SIZE_UNITS[unit.upper()])
+
+
+def parse_bool(text: str, what: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SettingsError(f"{what}: cannot read {text!r} as a boolean; use 1 or 0")
+
+
+def _parse_float(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{what}: cannot read {text!r} as a number of seconds") from None
+    if value <= 0:
+        raise SettingsError(f"{what} must be positive, got {text!r}")
+    return value
+
+
+_PARSERS = {
+    "root": lambda text, what: Path(text).expanduser(),
+    "disabled": parse_bool,
+    "readonly": parse_bool,
+    "max_size": parse_size,
+    "lock_timeout": _parse_float,
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings in force, and where each came from (``sources``)."""
+
+    root: Path
+    disabled: bool
+    readonly: bool
+    max_size: int
+    lock_timeout: float
+    sources: dict = field(compare=False)
+
+    def source_of(self, name: str) -> str:
+        return self.sources[name]
+
+
+_overrides: dict = {}
+
+
+def default_root() -> Path:
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
+def configure(**overrides) -> Settings:
+    """Set settings from Python; they take precedence over the environment.
+
+    Pass ``None`` for a setting to drop its override. Returns the new settings.
+    """
+    for name, value in overrides.items():
+        if name not in ENVIRONMENT:
+            raise SettingsError(
+                f"unknown setting {name!r}; known settings: {', '.join(ENVIRONMENT)}"
+            )
+        if value is None:
+            _overrides.pop(name, None)
+        elif isinstance(value, str) or name == "root":
+            _overrides[name] = _PARSERS[name](str(value), name)
+        else:
+            _overrides[name] = type(DEFAULTS[name])(value)
+    return current()
+
+
+def current() -> Settings:
+    """The settings in force now (Python overrides, then environment, then defaults)."""
+    values, sources = {}, {}
+    for name, variable in ENVIRONMENT.items():
+        if name in _overrides:
+            values[name], sources[name] = _overrides[name], "python"
+        elif os.environ.get(variable, "").strip():
+            values[name] = _PARSERS[name](os.environ[variable], variable)
+            sources[name] = f"env {variable}"
+        else:
+            values[name] = default_root() if name == "root" else DEFAULTS[name]
+            sources[name] = "default"
+    return Settings(**values, sources=sources)
+
+
+def override(settings: Settings, **changes) -> Settings:
+    """A copy of `settings` with some values changed (used by tests and the CLI)."""
+    return replace(settings, **changes)

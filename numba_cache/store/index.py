@@ -1,0 +1,371 @@
+"""The SQLite index of a store: listings, LRU order and counters as queries.
+
+The entry files are the truth; the index mirrors their metadata and adds what a
+file cannot hold cheaply: last use, hits and counters. Counter bumps are UPSERTs,
+so concurrent processes add up instead of overwriting each other.
+
+Every SQLite error is caught here. A corrupt index file is moved aside and
+rebuilt from the entry files; any other error (locked for longer than the busy
+timeout, read-only file, unknown schema) gives one warning per process, and the
+operation returns its empty answer so the store carries on without the index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TypeVar
+
+from .entry import Entry
+from .local import make_private_dirs
+from .notices import warn_once
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT = 5.0
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS entries(
+        fingerprint TEXT NOT NULL,
+        key TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        created REAL NOT NULL,
+        last_used REAL NOT NULL,
+        hits INTEGER NOT NULL,
+        cacheable INTEGER NOT NULL,
+        reason TEXT,
+        PRIMARY KEY(fingerprint, key)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS entries_by_last_used ON entries(last_used)",
+    """CREATE TABLE IF NOT EXISTS counters(
+        fingerprint TEXT NOT NULL,
+        name TEXT NOT NULL,
+        value INTEGER NOT NULL,
+        PRIMARY KEY(fingerprint, name)
+    ) WITHOUT ROWID""",
+)
+
+_COLUMNS = "fingerprint, key, kind, summary, size, created, last_used, hits, cacheable, reason"
+_VALUES = f"({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_BUMP = (
+    "INSERT INTO counters(fingerprint, name, value) VALUES (?, ?, ?) "
+    "ON CONFLICT(fingerprint, name) DO UPDATE SET value = value + excluded.value"
+)
+
+_TOTAL_SIZE = "SELECT COALESCE(SUM(size), 0) FROM entries"
+
+_Result = TypeVar("_Result")
+
+# Connections a forked child inherited. Closing one in the child could checkpoint or
+# unlock the parent's database, so they are kept, unused, until the child exits.
+_inherited_connections: list[sqlite3.Connection] = []
+
+
+class Index:
+    """The index file at `path`.
+
+    `scan` yields the entries found on disk (with ``size`` and ``last_used``); it
+    fills a new or rebuilt index. With `readonly` the file is opened read-only, and
+    writing methods do nothing.
+    """
+
+    def __init__(self, path: Path, *, readonly: bool, scan: Callable[[], Iterable[Entry]]):
+        self.path = path
+        self._readonly = readonly
+        self._scan = scan
+        # One connection per thread, and a new one after a fork: a connection must
+        # not be shared across threads' transactions nor carried into a child.
+        self._local = threading.local()
+        self._unavailable = False
+        self._recovered = False
+
+    def record_hit(self, entry: Entry, size: int, now: float) -> None:
+        """Note a use of `entry`: its last use and hits + 1 (callers count the hit).
+
+        An entry missing from the index (its file was found without a row) is added.
+        """
+
+        def work(connection: sqlite3.Connection) -> None:
+            connection.execute(
+                f"INSERT INTO entries{_VALUES} ON CONFLICT(fingerprint, key) DO UPDATE "
+                "SET last_used = excluded.last_used, hits = hits + 1",
+                _row(entry, size, last_used=now, hits=1),
+            )
+
+        self._run(work, None, write=True, create=True)
+
+    def insert(self, entry: Entry, size: int, now: float) -> None:
+        """Add `entry`, or replace its row (a re-save starts its history anew)."""
+        row = _row(entry, size, last_used=now, hits=0)
+        self._run(
+            lambda connection: connection.execute(f"INSERT OR REPLACE INTO entries{_VALUES}", row),
+            None,
+            write=True,
+            create=True,
+        )
+
+    def drop(self, addresses: Iterable[tuple[str, str]]) -> None:
+        """Delete the rows of these ``(fingerprint, key)`` pairs."""
+        addresses = list(addresses)
+        self._run(
+            lambda connection: connection.executemany(
+                "DELETE FROM entries WHERE fingerprint = ? AND key = ?", addresses
+            ),
+            None,
+            write=True,
+        )
+
+    def clear(self, fingerprint: str | None = None) -> None:
+        """Delete every row (of one fingerprint); counters stay."""
+        where, parameters = _filter(fingerprint=fingerprint)
+        self._run(
+            lambda connection: connection.execute(f"DELETE FROM entries{where}", parameters),
+            None,
+            write=True,
+        )
+
+    def count(self, fingerprint: str, name: str, n: int) -> None:
+        self._run(
+            lambda connection: connection.execute(_BUMP, (fingerprint, name, n)),
+            None,
+            write=True,
+            create=True,
+        )
+
+    def zero_counters(self) -> None:
+        self._run(lambda connection: connection.execute("DELETE FROM counters"), None, write=True)
+
+    def rows(self, fingerprint: str | None = None, kind: str | None = None) -> list[Entry] | None:
+        """The indexed entries, least recently used first.
+
+        None when there is no usable index (not created yet, or failing): then only
+        the files can tell.
+        """
+        where, parameters = _filter(fingerprint=fingerprint, kind=kind)
+        query = f"SELECT {_COLUMNS} FROM entries{where} ORDER BY last_used, key"
+
+        def work(connection: sqlite3.Connection) -> list[Entry]:
+            return [_entry(row) for row in connection.execute(query, parameters)]
+
+        return self._run(work, None)
+
+    def total_size(self) -> int | None:
+        """The bytes of all indexed entries; None when there is no usable index."""
+        return self._run(
+            lambda connection: connection.execute(_TOTAL_SIZE).fetchone()[0], None
+        )
+
+    def counters(self, fingerprint: str | None = None) -> dict[str, dict[str, int]]:
+        """Counter values by fingerprint, then name; empty when there is no usable index."""
+        where, parameters = _filter(fingerprint=fingerprint)
+
+        def work(connection: sqlite3.Connection) -> dict[str, dict[str, int]]:
+            values: dict[str, dict[str, int]] = {}
+            query = f"SELECT fingerprint, name, value FROM counters{where} ORDER BY 1, 2"
+            for fingerprint_, name, value in connection.execute(query, parameters):
+                values.setdefault(fingerprint_, {})[name] = value
+            return values
+
+        return self._run(work, {})
+
+    def _run(
+        self,
+        work: Callable[[sqlite3.Connection], _Result],
+        default: _Result,
+        *,
+        write: bool = False,
+        create: bool = False,
+    ) -> _Result:
+        """`work` on the connection, in a write transaction if `write`; `default` on failure.
+
+        Without `create`, a missing index file is not created: then there is nothing to
+        read or delete, and reading a store must not create one.
+        """
+        if write and self._readonly:
+            return default
+        try:
+            connection = self._connection(create)
+            if connection is None:
+                return default
+            if not write:
+                return work(connection)
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(connection)
+                connection.execute("COMMIT")
+            except BaseException:
+                if connection.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        connection.execute("ROLLBACK")
+                raise
+            return result
+        except sqlite3.Error as error:
+            self._handle(error)
+        except OSError as error:  # creating the directory, or scanning it to fill the index
+            self._unavailable = True
+            self._warn(str(error))
+        return default
+
+    def _connection(self, create: bool) -> sqlite3.Connection | None:
+        held = getattr(self._local, "held", None)
+        if held is not None:
+            if held[0] == os.getpid():
+                return held[1]
+            _inherited_connections.append(held[1])
+            self._local.held = None
+        if self._unavailable or not (create or self.path.exists()):
+            return None
+        try:
+            connection = self._open()
+        except sqlite3.Error:
+            # An index that cannot even be opened stays off for this process,
+            # rather than costing a failed open on every load.
+            self._unavailable = True
+            raise
+        self._local.held = (os.getpid(), connection)
+        return connection
+
+    def _open(self) -> sqlite3.Connection:
+        if self._readonly:
+            connection = self._connect_readonly()
+        else:
+            make_private_dirs(self.path.parent)
+            connection = _connect(str(self.path), uri=False)
+        try:
+            if not self._readonly:
+                connection.execute("PRAGMA journal_mode = WAL")
+                # The index can be rebuilt from the files, so it need not survive a power cut.
+                connection.execute("PRAGMA synchronous = NORMAL")
+            version = _schema_version(connection)
+            if version == 0 and not self._readonly:
+                self._initialize(connection)
+            elif version != SCHEMA_VERSION:
+                raise sqlite3.OperationalError(
+                    f"schema version {version}, this numba_cache knows {SCHEMA_VERSION}"
+                )
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        uri = self.path.as_uri()
+        connection = _connect(f"{uri}?mode=ro", uri=True)
+        try:
+            _schema_version(connection)
+            return connection
+        except sqlite3.OperationalError:
+            connection.close()
+        # The WAL's shared-memory file is missing and cannot be created here (read-only
+        # directory or mount), so no process has the index open: read the file as it is.
+        return _connect(f"{uri}?immutable=1", uri=True)
+
+    def _initialize(self, connection: sqlite3.Connection) -> None:
+        """Create the tables of a new (or moved-aside) index and fill them from the disk."""
+        # The scan reads every record, so it runs before taking the write lock.
+        found = [
+            _row(entry, entry.size, last_used=entry.last_used, hits=0)
+            for entry in self._scan()
+        ]
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            if _schema_version(connection) == 0:  # nobody initialized it meanwhile
+                for statement in _SCHEMA:
+                    connection.execute(statement)
+                connection.executemany(f"INSERT OR IGNORE INTO entries{_VALUES}", found)
+                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.execute("ROLLBACK")
+            raise
+
+    def _handle(self, error: sqlite3.Error) -> None:
+        primary_code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+        corrupt = primary_code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+        if not corrupt or self._readonly or self._recovered:
+            self._warn(str(error))
+            return
+        self._recovered = True
+        self._warn(f"it is corrupt ({error}), so it is moved aside and rebuilt from the entries")
+        self._forget_connection()
+        aside = f"{self.path}.corrupt-{int(time.time())}-{os.getpid()}"
+        try:
+            # The -wal and -shm files belong to the corrupt database and must not
+            # be replayed into the new one.
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(f"{self.path}{suffix}", f"{aside}{suffix}")
+        except OSError:
+            self._unavailable = True
+            return
+        self._unavailable = False
+
+    def _forget_connection(self) -> None:
+        held = getattr(self._local, "held", None)
+        self._local.held = None
+        if held is not None:
+            with contextlib.suppress(sqlite3.Error):
+                held[1].close()
+
+    def _warn(self, problem: str) -> None:
+        warn_once(
+            ("index", str(self.path)),
+            f"numba_cache: the cache index {self.path} is not usable: {problem}. "
+            "Entries are still loaded and saved; listings and statistics may be incomplete.",
+        )
+
+
+def _connect(database: str, *, uri: bool) -> sqlite3.Connection:
+    # isolation_level=None: transactions are begun explicitly, as BEGIN IMMEDIATE, so
+    # that a writer waits for the write lock up front instead of failing to upgrade.
+    return sqlite3.connect(database, timeout=BUSY_TIMEOUT, isolation_level=None, uri=uri)
+
+
+def _schema_version(connection: sqlite3.Connection) -> int:
+    return connection.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _row(entry: Entry, size: int, *, last_used: float, hits: int) -> tuple:
+    return (
+        entry.fingerprint,
+        entry.key,
+        entry.kind,
+        entry.summary,
+        size,
+        entry.created,
+        last_used,
+        hits,
+        entry.cacheable,
+        entry.reason,
+    )
+
+
+def _entry(row: tuple) -> Entry:
+    fingerprint, key, kind, summary, size, created, last_used, hits, cacheable, reason = row
+    return Entry(
+        fingerprint=fingerprint,
+        key=key,
+        kind=kind,
+        summary=summary,
+        size=size,
+        created=created,
+        last_used=last_used,
+        hits=hits,
+        cacheable=bool(cacheable),
+        reason=reason,
+    )
+
+
+def _filter(**conditions: str | None) -> tuple[str, tuple]:
+    """A WHERE clause (or nothing) and its parameters for the conditions that are set."""
+    names = [name for name, value in conditions.items() if value is not None]
+    where = " WHERE " + " AND ".join(f"{name} = ?" for name in names) if names else ""
+    return where, tuple(conditions[name] for name in names)

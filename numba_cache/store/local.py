@@ -1,0 +1,202 @@
+"""The local-directory backend: one record file per entry, written atomically.
+
+Layout under the root::
+
+    tmp/<name>.<pid>.<random>.tmp                  in-flight writes
+    <fingerprint>/<key[:2]>/<key>.nbk              the record (authoritative)
+    <fingerprint>/<key[:2]>/<key>.py               a readable copy of the source
+
+A write goes to a temp file in ``tmp/``, is fsync'ed, then renamed over its
+target, so a crash at any point leaves the old file or the complete new one.
+The ``.py`` is written before the ``.nbk``: once a record is visible, its source
+copy is too. Temp files name their writer's pid so that a later process can tell
+the leftovers of a crashed writer from a write in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from .entry import is_sha256_hex
+
+RECORD_SUFFIX = ".nbk"
+SOURCE_SUFFIX = ".py"
+TEMP_SUFFIX = ".tmp"
+#: A temp file older than this is stale even if a process with its writer's pid runs:
+#: pids are reused, and a writer on another host sharing the directory is invisible.
+TEMP_MAX_AGE = 3600.0
+
+
+def make_private_dirs(path: Path) -> None:
+    """Create `path` and its missing parents with mode 0o700.
+
+    ``os.makedirs(mode=...)`` applies the mode to the leaf only; the cache holds
+    pickles, so every directory this creates is private to its owner.
+    """
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+
+
+class LocalBackend:
+    """Entries as files under `root` (see the module docstring for the layout)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.temp_dir = self.root / "tmp"
+
+    def record_path(self, fingerprint: str, key: str) -> Path:
+        return self.root / fingerprint / key[:2] / f"{key}{RECORD_SUFFIX}"
+
+    def source_path(self, fingerprint: str, key: str) -> Path:
+        return self.root / fingerprint / key[:2] / f"{key}{SOURCE_SUFFIX}"
+
+    def get(self, fingerprint: str, key: str) -> bytes | None:
+        # One open and one read: an eviction that unlinks the file meanwhile leaves
+        # this reader with the complete old inode.
+        try:
+            with open(self.record_path(fingerprint, key), "rb") as file:
+                return file.read()
+        except FileNotFoundError:
+            return None
+
+    def read_source(self, fingerprint: str, key: str) -> bytes | None:
+        """The bytes of the entry's ``.py`` copy, or None if it has none."""
+        try:
+            return self.source_path(fingerprint, key).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def put(self, fingerprint: str, key: str, record: bytes, source: str | None) -> None:
+        make_private_dirs(self.root)
+        self.record_path(fingerprint, key).parent.mkdir(parents=True, exist_ok=True)
+        if source is not None:
+            self._write_atomically(self.source_path(fingerprint, key), source.encode())
+        self._write_atomically(self.record_path(fingerprint, key), record)
+
+    def remove(self, fingerprint: str, key: str) -> None:
+        # Record first: a source copy without its record is a harmless orphan,
+        # the reverse would be an entry whose copy silently vanished.
+        for path in (self.record_path(fingerprint, key), self.source_path(fingerprint, key)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def list(self, fingerprint: str | None = None) -> Iterator[tuple[str, str, int, float]]:
+        for fingerprint_, key, record in self._files(RECORD_SUFFIX, fingerprint):
+            try:
+                stat = record.stat()
+            except FileNotFoundError:
+                continue
+            yield fingerprint_, key, stat.st_size + self._size_of_source(record), stat.st_mtime
+
+    def orphan_sources(self) -> Iterator[tuple[str, str, Path]]:
+        """Yield ``(fingerprint, key, path)`` of ``.py`` copies that have no record."""
+        for fingerprint, key, source in self._files(SOURCE_SUFFIX):
+            if not source.with_suffix(RECORD_SUFFIX).exists():
+                yield fingerprint, key, source
+
+    def stale_temp_files(self) -> list[Path]:
+        """Temp files left by writers that died (or that are older than an hour)."""
+        try:
+            names = os.listdir(self.temp_dir)
+        except FileNotFoundError:
+            return []
+        return [
+            self.temp_dir / name
+            for name in names
+            if name.endswith(TEMP_SUFFIX) and self._is_stale(self.temp_dir / name)
+        ]
+
+    def clean_temp(self) -> int:
+        """Remove the stale temp files; return how many were removed."""
+        removed = 0
+        for path in self.stale_temp_files():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed += 1
+        return removed
+
+    def _write_atomically(self, target: Path, data: bytes) -> None:
+        self.temp_dir.mkdir(exist_ok=True)
+        temp = self.temp_dir / f"{target.name}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
+        # Mode 0o666 lets the umask decide, as for any file; the root's 0o700 is the gate.
+        descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise
+
+    def _files(
+        self, suffix: str, fingerprint: str | None = None
+    ) -> Iterator[tuple[str, str, Path]]:
+        """Yield ``(fingerprint, key, path)`` of the entry files ending in `suffix`."""
+        fingerprints = [fingerprint] if fingerprint else _subdirectories(self.root)
+        for fingerprint_ in fingerprints:
+            if not is_sha256_hex(fingerprint_):
+                continue
+            for shard in _subdirectories(self.root / fingerprint_):
+                if len(shard) != 2:
+                    continue
+                for name in _names(self.root / fingerprint_ / shard):
+                    key = name.removesuffix(suffix)
+                    if name.endswith(suffix) and key.startswith(shard) and is_sha256_hex(key):
+                        yield fingerprint_, key, self.root / fingerprint_ / shard / name
+
+    @staticmethod
+    def _size_of_source(record: Path) -> int:
+        try:
+            return record.with_suffix(SOURCE_SUFFIX).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    @staticmethod
+    def _is_stale(temp: Path) -> bool:
+        try:
+            age = time.time() - temp.stat().st_mtime
+        except FileNotFoundError:
+            return False
+        if age > TEMP_MAX_AGE:
+            return True
+        parts = temp.name.split(".")
+        writer = parts[-3] if len(parts) >= 3 else ""
+        return not (writer.isdigit() and _process_exists(int(writer)))
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    return True
+
+
+def _subdirectories(path: Path) -> list[str]:
+    try:
+        with os.scandir(path) as entries:
+            return [entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _names(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []

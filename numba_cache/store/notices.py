@@ -1,0 +1,24 @@
+"""Warnings of the store, each given at most once per process and topic.
+
+A cache that cannot do its job must say so, but a compile loop that hits the same
+problem a thousand times must not print it a thousand times.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Hashable
+
+_given: set[Hashable] = set()
+
+
+class StoreWarning(UserWarning):
+    """The store could not read, write or trust something; compilation goes on without it."""
+
+
+def warn_once(topic: Hashable, message: str) -> None:
+    """Warn with `message` unless a warning on `topic` was already given in this process."""
+    if topic in _given:
+        return
+    _given.add(topic)
+    warnings.warn(message, StoreWarning, stacklevel=3)

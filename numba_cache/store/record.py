@@ -1,0 +1,163 @@
+"""The on-disk format of one entry: pure serialization, no I/O and no policy.
+
+A record is::
+
+    b"NBCACHE1" | metadata length (4 bytes, big-endian) | metadata (JSON, UTF-8) | blobs
+
+The metadata names the entry (``key``, ``fingerprint``), describes it (``kind``,
+``summary``, ``components``, ``cacheable``, ``reason``, ``created``,
+``tool_version``) and lists the blobs in order as ``{"name", "size", "sha256"}``;
+the blobs follow, concatenated. Decoding checks everything it can, so a truncated,
+bit-flipped or misplaced record is a :class:`CorruptEntry`, never a wrong kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from importlib.metadata import PackageNotFoundError, version
+
+from .entry import KINDS, Entry, check_address
+
+MAGIC = b"NBCACHE1"
+_LENGTH = struct.Struct(">I")
+_HEADER_SIZE = len(MAGIC) + _LENGTH.size
+
+
+def _installed_version() -> str:
+    try:
+        return version("numba_cache")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+#: The numba_cache version written into new records, for diagnosis only.
+TOOL_VERSION = _installed_version()
+
+
+class CorruptEntry(Exception):
+    """A record cannot be trusted; the message says why."""
+
+
+def encode(entry: Entry) -> bytes:
+    """The record of `entry`.
+
+    Raises ValueError for an entry that could never be decoded (bad address, unknown
+    kind, an uncacheable marker with blobs or without a reason, components that are
+    not JSON).
+    """
+    check_address(entry.fingerprint, entry.key)
+    if entry.kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {entry.kind!r}")
+    if not entry.cacheable and (entry.blobs or not entry.reason):
+        raise ValueError("an uncacheable marker needs a reason and no blobs")
+    blobs = list(entry.blobs.items())
+    metadata = {
+        "key": entry.key,
+        "fingerprint": entry.fingerprint,
+        "kind": entry.kind,
+        "summary": entry.summary,
+        "components": entry.components,
+        "cacheable": entry.cacheable,
+        "reason": entry.reason,
+        "created": entry.created,
+        "tool_version": TOOL_VERSION,
+        "blobs": [
+            {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+            for name, data in blobs
+        ],
+    }
+    try:
+        text = json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode()
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"the metadata of an entry must be JSON-serializable: {error}") from None
+    return b"".join([MAGIC, _LENGTH.pack(len(text)), text, *(data for _, data in blobs)])
+
+
+def decode(record: bytes, fingerprint: str, key: str) -> Entry:
+    """The entry stored in `record`, which must be the record of (`fingerprint`, `key`).
+
+    Raises :class:`CorruptEntry` if anything is off: magic, lengths, JSON, field types,
+    blob checksums, or a record that belongs to another key or fingerprint.
+    """
+    if len(record) < _HEADER_SIZE or not record.startswith(MAGIC):
+        raise CorruptEntry("not a numba_cache record (bad magic or too short)")
+    (text_size,) = _LENGTH.unpack_from(record, len(MAGIC))
+    blobs_start = _HEADER_SIZE + text_size
+    if blobs_start > len(record):
+        raise CorruptEntry("truncated metadata")
+    try:
+        metadata = json.loads(record[_HEADER_SIZE:blobs_start].decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CorruptEntry(f"unreadable metadata: {error}") from None
+    _check_metadata(metadata)
+    if metadata["key"] != key or metadata["fingerprint"] != fingerprint:
+        raise CorruptEntry("record belongs to another key or fingerprint")
+    blobs = _read_blobs(record, blobs_start, metadata["blobs"])
+    if not metadata["cacheable"] and (blobs or not metadata["reason"]):
+        raise CorruptEntry("uncacheable marker with blobs or without a reason")
+    return Entry(
+        key=key,
+        fingerprint=fingerprint,
+        kind=metadata["kind"],
+        summary=metadata["summary"],
+        components=metadata["components"],
+        cacheable=metadata["cacheable"],
+        reason=metadata["reason"],
+        created=metadata["created"],
+        tool_version=metadata["tool_version"],
+        blobs=blobs,
+    )
+
+
+_FIELD_TYPES = {
+    "key": str,
+    "fingerprint": str,
+    "kind": str,
+    "summary": str,
+    "components": dict,
+    "cacheable": bool,
+    "reason": (str, type(None)),
+    "created": (int, float),
+    "tool_version": str,
+    "blobs": list,
+}
+
+
+def _check_metadata(metadata: object) -> None:
+    if not isinstance(metadata, dict):
+        raise CorruptEntry("metadata is not a JSON object")
+    for name, expected in _FIELD_TYPES.items():
+        if not isinstance(metadata.get(name), expected):
+            raise CorruptEntry(f"metadata field {name!r} is missing or has the wrong type")
+    if metadata["kind"] not in KINDS:
+        raise CorruptEntry(f"unknown kind {metadata['kind']!r}")
+    for blob in metadata["blobs"]:
+        if not (
+            isinstance(blob, dict)
+            and isinstance(blob.get("name"), str)
+            and isinstance(blob.get("size"), int)
+            and blob["size"] >= 0
+            and isinstance(blob.get("sha256"), str)
+        ):
+            raise CorruptEntry("malformed blob description")
+
+
+def _read_blobs(record: bytes, start: int, descriptions: list[dict]) -> dict[str, bytes]:
+    blobs = {}
+    view = memoryview(record)
+    for description in descriptions:
+        end = start + description["size"]
+        if end > len(record):
+            raise CorruptEntry(f"blob {description['name']!r} is truncated")
+        data = bytes(view[start:end])
+        if hashlib.sha256(data).hexdigest() != description["sha256"]:
+            raise CorruptEntry(f"blob {description['name']!r} fails its checksum")
+        if description["name"] in blobs:
+            raise CorruptEntry(f"blob {description['name']!r} appears twice")
+        blobs[description["name"]] = data
+        start = end
+    if start != len(record):
+        raise CorruptEntry("trailing bytes after the last blob")
+    return blobs

@@ -1,0 +1,382 @@
+"""The :class:`Store` facade: the only API the rest of numba_cache uses."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from ..settings import Settings
+from . import record
+from .entry import KINDS, Entry, check_address, check_name
+from .index import Index
+from .local import LocalBackend, make_private_dirs
+from .notices import warn_once
+from .record import CorruptEntry
+from .verify import Problem, verify
+
+INDEX_NAME = "index.sqlite3"
+EVICTION_LOCK_NAME = "evict.lock"
+#: A full store is evicted down to this fraction of its maximum size, so that
+#: the following saves do not each pay for an eviction pass.
+EVICTION_TARGET = 0.9
+
+
+class Store:
+    """Compiled kernels on disk, under ``settings.root``.
+
+    Nothing is created until the first write. Loads and saves never raise for I/O
+    trouble: a corrupt or unreadable entry is a miss, a failed write returns False,
+    each with one :class:`StoreWarning` per process. The store is read-only when
+    ``settings.readonly`` is set or when its root exists but is not writable.
+    """
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.root = Path(settings.root)
+        unwritable = self.root.exists() and not os.access(self.root, os.W_OK)
+        self.readonly = settings.readonly or unwritable
+        self._backend = LocalBackend(self.root)
+        self._index = Index(self.root / INDEX_NAME, readonly=self.readonly, scan=self._scan)
+        _warn_if_writable_by_others(self.root)
+
+    def load(self, fingerprint: str, key: str) -> Entry | None:
+        """The entry with its blobs, or None if there is none (or it is corrupt).
+
+        A hit updates the entry's last use and hit count; hits and misses are
+        counted by the caller with :meth:`count`, which knows what it was looking for. A corrupt entry is
+        removed, counted as "corrupt" and reported once per process. An uncacheable
+        marker is returned like any entry, with ``cacheable`` False.
+        """
+        check_address(fingerprint, key)
+        if self.settings.disabled:
+            return None
+        try:
+            data = self._backend.get(fingerprint, key)
+            if data is None:
+                if not self.readonly:
+                    self._index.drop([(fingerprint, key)])
+                return None
+            entry = record.decode(data, fingerprint, key)
+        except (CorruptEntry, OSError) as problem:
+            self._discard_corrupt(fingerprint, key, problem)
+            return None
+        # The .py copy is the "source" blob, so this is what the entry occupies.
+        entry.size = len(data) + len(entry.blobs.get("source", b""))
+        if not self.readonly:
+            self._index.record_hit(entry, entry.size, time.time())
+        return entry
+
+    def save(self, entry: Entry, source: str | None = None) -> bool:
+        """Store `entry`, and `source` as a readable ``.py`` copy; True if it was stored.
+
+        Does nothing and returns False when the store is disabled or read-only, or
+        when writing fails (full disk, I/O error, permissions), which is warned once
+        per process and counted as "write_error". Then evicts least recently used
+        entries if the store outgrew ``settings.max_size``. Raises ValueError only for
+        an invalid `entry` (see :func:`record.encode`).
+        """
+        if self.settings.disabled or not self._may_write():
+            return False
+        data = record.encode(entry)
+        try:
+            self._backend.put(entry.fingerprint, entry.key, data, source)
+        except OSError as error:
+            warn_once(
+                ("write", str(self.root)),
+                f"numba_cache: cannot write to the cache {self.root} ({error}); "
+                "compiled kernels are not being saved.",
+            )
+            self.count(entry.fingerprint, "write_error")
+            return False
+        size = len(data) + (len(source.encode()) if source is not None else 0)
+        self._index.insert(entry, size, time.time())
+        total = self._index.total_size()
+        if total is not None and total > self.settings.max_size:
+            self.evict_to(int(self.settings.max_size * EVICTION_TARGET), timeout=0)
+        return True
+
+    @contextlib.contextmanager
+    def lock(self, fingerprint: str, key: str) -> Iterator[bool]:
+        """Hold the entry's lock for the block, so that one process compiles a key at a time.
+
+        Use as ``with store.lock(fp, key): if store.load(fp, key) is None: compile, save``.
+        The lock is an ``flock`` on ``<fingerprint>/locks/<key>.lock``: the kernel
+        releases it when its holder exits, even by SIGKILL, so a dead compiler never
+        blocks the others. If the lock cannot be had within ``settings.lock_timeout``
+        (warned) or cannot be created at all (read-only store, permissions), the
+        block runs without it: a cache must never make a compile fail. Yields whether
+        the lock is held. Not reentrant.
+        """
+        check_address(fingerprint, key)
+        held = None
+        if not (self.settings.disabled or self.readonly):
+            try:
+                held = self._acquire(self._lock_path(fingerprint, key), self.settings.lock_timeout)
+            except Timeout:
+                warn_once(
+                    ("lock timeout", fingerprint, key),
+                    f"numba_cache: waited {self.settings.lock_timeout:g} s for another process "
+                    f"compiling {key[:12]}; compiling it here too.",
+                )
+        try:
+            yield held is not None
+        finally:
+            if held is not None:
+                held.release()
+
+    def count(self, fingerprint: str, name: str, n: int = 1) -> None:
+        """Add `n` to the counter `name` of `fingerprint` ("miss", "uncacheable:<reason>"...)."""
+        check_name("fingerprint", fingerprint)
+        if not self.settings.disabled and self._may_write():
+            self._index.count(fingerprint, name, n)
+
+    def entries(self, fingerprint: str | None = None, kind: str | None = None) -> list[Entry]:
+        """The entries (metadata only, no blobs), least recently used first."""
+        if fingerprint is not None:
+            check_name("fingerprint", fingerprint)
+        listing = self._index.rows(fingerprint, kind)
+        if listing is None:  # no usable index: the files tell everything but use
+            found = (entry for entry in self._scan(fingerprint) if kind in (None, entry.kind))
+            listing = sorted(found, key=lambda entry: (entry.last_used, entry.key))
+        return listing
+
+    def stats(self, fingerprint: str | None = None) -> dict:
+        """Entries, bytes, kinds and counters, in total and per fingerprint.
+
+        Keys: ``root``, ``max_size``, ``readonly``, ``entries``, ``bytes``, ``kinds``
+        (cacheable entries per kind), ``uncacheable`` (markers), ``counters`` (name to
+        value) and ``fingerprints`` (fingerprint to a dict of the same five figures).
+        """
+        per_fingerprint: dict[str, dict] = {}
+
+        def figures_of(fingerprint_: str) -> dict:
+            empty = {"entries": 0, "bytes": 0, "kinds": dict.fromkeys(KINDS, 0)}
+            empty |= {"uncacheable": 0, "counters": {}}
+            return per_fingerprint.setdefault(fingerprint_, empty)
+
+        for entry in self.entries(fingerprint):
+            figures = figures_of(entry.fingerprint)
+            figures["entries"] += 1
+            figures["bytes"] += entry.size
+            if entry.cacheable:
+                figures["kinds"][entry.kind] += 1
+            else:
+                figures["uncacheable"] += 1
+        for fingerprint_, values in self._index.counters(fingerprint).items():
+            figures_of(fingerprint_)["counters"] = values
+        kinds, counters = Counter(), Counter()
+        for figures in per_fingerprint.values():
+            kinds.update(figures["kinds"])
+            counters.update(figures["counters"])
+        return {
+            "root": str(self.root),
+            "max_size": self.settings.max_size,
+            "readonly": self.readonly,
+            "entries": sum(figures["entries"] for figures in per_fingerprint.values()),
+            "bytes": sum(figures["bytes"] for figures in per_fingerprint.values()),
+            "kinds": {kind: kinds[kind] for kind in KINDS},
+            "uncacheable": sum(figures["uncacheable"] for figures in per_fingerprint.values()),
+            "counters": dict(counters),
+            "fingerprints": per_fingerprint,
+        }
+
+    def remove(self, fingerprint: str, key: str) -> None:
+        """Delete one entry; a failure to delete its files is warned, never raised."""
+        check_address(fingerprint, key)
+        if not self._may_write():
+            return
+        try:
+            self._backend.remove(fingerprint, key)
+        except OSError as error:
+            self._warn_cannot_delete(error)
+            return
+        self._index.drop([(fingerprint, key)])
+
+    def clear(self, fingerprint: str | None = None) -> int:
+        """Delete every entry (of one fingerprint) and orphaned source copies.
+
+        Counters stay (see :meth:`zero_counters`). Returns how many entries were
+        deleted; a failure to delete files is warned and ends the clearing.
+        """
+        if fingerprint is not None:
+            check_name("fingerprint", fingerprint)
+        if not self._may_write():
+            return 0
+        deleted: list[tuple[str, str]] = []
+        try:
+            for fingerprint_, key, _, _ in list(self._backend.list(fingerprint)):
+                self._backend.remove(fingerprint_, key)
+                deleted.append((fingerprint_, key))
+            for fingerprint_, _, path in self._backend.orphan_sources():
+                if fingerprint in (None, fingerprint_):
+                    path.unlink(missing_ok=True)
+        except OSError as error:
+            self._warn_cannot_delete(error)
+            self._index.drop(deleted)
+        else:
+            self._index.clear(fingerprint)
+        return len(deleted)
+
+    def zero_counters(self) -> None:
+        if self._may_write():
+            self._index.zero_counters()
+
+    def evict_to(self, max_bytes: int, timeout: float | None = None) -> list[tuple[str, str]]:
+        """Delete least recently used entries until the store holds at most `max_bytes`.
+
+        Runs under the store's eviction lock, waiting for it up to `timeout` seconds
+        (default ``settings.lock_timeout``; 0 gives up at once if another process is
+        evicting). Entries whose lock is held are skipped: they are being compiled or
+        written. A reader is never broken, since it reads an entry in one open.
+        Also removes temp files of dead writers. Returns the evicted
+        ``(fingerprint, key)`` pairs.
+        """
+        if self.settings.disabled or not self._may_write():
+            return []
+        if timeout is None:
+            timeout = self.settings.lock_timeout
+        try:
+            store_lock = self._acquire(self.root / EVICTION_LOCK_NAME, timeout)
+        except Timeout:
+            return []
+        if store_lock is None:
+            return []
+        evicted: list[tuple[str, str]] = []
+        try:
+            self._backend.clean_temp()
+            listing = self.entries()
+            total = sum(entry.size for entry in listing)
+            for entry in listing:
+                if total <= max_bytes:
+                    break
+                if self._remove_unless_locked(entry.fingerprint, entry.key):
+                    total -= entry.size
+                    evicted.append((entry.fingerprint, entry.key))
+        except OSError as error:
+            warn_once(("evict", str(self.root)), f"numba_cache: eviction in {self.root}: {error}")
+        finally:
+            store_lock.release()
+            self._index.drop(evicted)
+            for fingerprint, n in Counter(fingerprint for fingerprint, _ in evicted).items():
+                self._index.count(fingerprint, "eviction", n)
+        return evicted
+
+    def verify(self, repair: bool = False) -> list[Problem]:
+        """Check every entry file, source copy, temp file and index row; see :func:`verify.verify`.
+
+        With `repair` (ignored when read-only), fix what was found.
+        """
+        return verify(self._backend, self._index, repair=repair and self._may_write())
+
+    def source_path(self, fingerprint: str, key: str) -> Path:
+        """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""
+        check_address(fingerprint, key)
+        return self._backend.source_path(fingerprint, key)
+
+    def _remove_unless_locked(self, fingerprint: str, key: str) -> bool:
+        try:
+            entry_lock = self._acquire(self._lock_path(fingerprint, key), 0)
+        except Timeout:
+            return False
+        if entry_lock is None:
+            return False
+        try:
+            self._backend.remove(fingerprint, key)
+        finally:
+            entry_lock.release()
+        return True
+
+    def _discard_corrupt(self, fingerprint: str, key: str, problem: Exception) -> None:
+        warn_once(
+            ("corrupt", str(self.root), fingerprint, key),
+            f"numba_cache: ignoring the unreadable cache entry {key[:12]} in {self.root} "
+            f"({problem}); it will be compiled again.",
+        )
+        self.count(fingerprint, "corrupt")
+        if not self.readonly:
+            with contextlib.suppress(OSError):
+                self._backend.remove(fingerprint, key)
+            self._index.drop([(fingerprint, key)])
+
+    def _warn_cannot_delete(self, error: OSError) -> None:
+        warn_once(("delete", str(self.root)), f"numba_cache: cannot delete in {self.root}: {error}")
+
+    def _may_write(self) -> bool:
+        """Whether writing is allowed; the first refusal in a process is warned."""
+        if self.readonly:
+            why = "readonly setting" if self.settings.readonly else "the directory is not writable"
+            warn_once(
+                ("readonly", str(self.root)),
+                f"numba_cache: the cache {self.root} is read-only ({why}): "
+                "cached kernels are loaded, nothing is saved or counted.",
+            )
+        return not self.readonly
+
+    def _acquire(self, path: Path, timeout: float) -> FileLock | None:
+        """The filelock at `path`, acquired within `timeout` seconds.
+
+        Raises :class:`filelock.Timeout` when someone else holds it; returns None
+        (warned once) when it cannot be created.
+        """
+        lock = _file_lock(path)
+        try:
+            make_private_dirs(self.root)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock.acquire(timeout=timeout)
+        except Timeout:  # an OSError too, but one the caller handles
+            raise
+        # NotImplementedError is how filelock < 4 says the filesystem has no flock.
+        except (OSError, NotImplementedError) as error:
+            warn_once(
+                ("lock", str(self.root)),
+                f"numba_cache: cannot create the lock {path} ({error}); going on without locking.",
+            )
+            return None
+        return lock
+
+    def _lock_path(self, fingerprint: str, key: str) -> Path:
+        return self.root / fingerprint / "locks" / f"{key}.lock"
+
+    def _scan(self, fingerprint: str | None = None) -> Iterator[Entry]:
+        """The decodable entries on disk, without blobs, last used when written."""
+        for fingerprint_, key, size, mtime in self._backend.list(fingerprint):
+            try:
+                data = self._backend.get(fingerprint_, key)
+                if data is None:
+                    continue
+                entry = record.decode(data, fingerprint_, key)
+            except (CorruptEntry, OSError):
+                continue
+            entry.blobs, entry.size, entry.last_used = {}, size, mtime
+            yield entry
+
+
+def _file_lock(path: Path) -> FileLock:
+    # filelock >= 4 falls back to a soft lock where the filesystem has no flock. A soft
+    # lock outlives a killed holder, and every later compile of the key would wait for
+    # the full timeout; going on without a lock is better.
+    try:
+        return FileLock(path, fallback_to_soft=False)
+    except TypeError:  # filelock < 4: no fallback to turn off
+        return FileLock(path)
+
+
+def _warn_if_writable_by_others(root: Path) -> None:
+    try:
+        mode = root.stat().st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        warn_once(
+            ("permissions", str(root)),
+            f"numba_cache: the cache directory {root} is writable by other users. Its entries "
+            "are pickles, so whoever can write there can run code in your processes; "
+            f"use a private directory (chmod 700 {root}).",
+        )

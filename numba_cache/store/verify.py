@@ -1,0 +1,80 @@
+"""A full check of a local store, and its repair: the slow path behind ``Store.verify``."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .index import Index
+from .local import LocalBackend
+from .record import CorruptEntry, decode
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong in a store.
+
+    ``fingerprint`` and ``key`` name the entry concerned, ``path`` the file when the
+    problem is a file that belongs to no entry (or to a dead writer).
+    """
+
+    problem: str
+    fingerprint: str | None = None
+    key: str | None = None
+    path: Path | None = None
+
+
+def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem]:
+    """Decode every record, compare source copies and index rows with the files.
+
+    Finds unreadable records, ``.py`` copies that differ from their record's
+    "source" blob, ``.py`` copies without a record, temp files of dead writers,
+    index rows without a file and files without a row. With `repair`, deletes
+    unreadable entries, orphans and stale temp files, rewrites wrong copies and
+    brings the index in line with the files.
+    """
+    problems: list[Problem] = []
+    indexed = index.rows()
+    if indexed is None and index.path.exists():
+        problems.append(Problem("the index is not usable", path=index.path))
+    rows = {(entry.fingerprint, entry.key) for entry in indexed or ()}
+    on_disk = set()
+    for fingerprint, key, size, mtime in backend.list():
+        on_disk.add((fingerprint, key))
+        try:
+            data = backend.get(fingerprint, key)
+            if data is None:  # removed since it was listed
+                continue
+            entry = decode(data, fingerprint, key)
+        except (CorruptEntry, OSError) as error:
+            problems.append(Problem(f"unreadable record: {error}", fingerprint, key))
+            if repair:
+                backend.remove(fingerprint, key)
+                index.drop([(fingerprint, key)])
+            continue
+        source = entry.blobs.get("source")
+        copy = backend.read_source(fingerprint, key)
+        if source is not None and copy is not None and copy != source:
+            problem = "the .py copy differs from the record's source"
+            problems.append(Problem(problem, fingerprint, key))
+            if repair:
+                backend.put(fingerprint, key, data, source.decode(errors="replace"))
+        if indexed is not None and (fingerprint, key) not in rows:
+            problems.append(Problem("entry missing from the index", fingerprint, key))
+            if repair:
+                index.insert(entry, size, mtime)
+    stale_rows = sorted(rows - on_disk)
+    problems.extend(Problem("index row without an entry file", *address) for address in stale_rows)
+    if repair:
+        index.drop(stale_rows)
+    for fingerprint, key, path in backend.orphan_sources():
+        problems.append(Problem("source copy without a record", fingerprint, key, path))
+        if repair:
+            path.unlink(missing_ok=True)
+    for path in backend.stale_temp_files():
+        problems.append(Problem("temp file of a dead or stuck writer", path=path))
+        if repair:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    return problems

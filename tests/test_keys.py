@@ -1,0 +1,117 @@
+"""Keys: stable across processes, independent of names and order, sensitive to content."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor.tensor as pt
+import pytest
+from pytensor.graph.fg import FunctionGraph
+
+from helpers import run_python
+from numba_cache.keys.fingerprint import Fingerprint, current_fingerprint
+from numba_cache.keys.graph import describe_graph
+from numba_cache.keys.kernels import graph_kernel_key
+
+KEY_OF_RADON = """
+import json, pytensor
+import numba_cache
+from numba_cache.keys import current_fingerprint
+from numba_cache.keys.kernels import graph_kernel_key
+from numba_cache.models import radon_model
+model = radon_model()
+function = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")
+key = graph_kernel_key(function.maker.fgraph, current_fingerprint())
+print(json.dumps({"key": key.digest}))
+"""
+
+
+def test_graph_key_is_identical_across_processes_with_different_hash_seeds(tmp_path):
+    env = {"NBCACHE_DISABLE": "1"}
+    keys = {run_python(KEY_OF_RADON, env | {"PYTHONHASHSEED": seed})["key"] for seed in ("0", "1", "4242")}
+    assert len(keys) == 1
+
+
+def graph_key(outputs, inputs):
+    return describe_graph(FunctionGraph(inputs, outputs, clone=True)).digest
+
+
+def test_graph_key_ignores_variable_names_and_creation_order():
+    x, y = pt.vector("x"), pt.vector("y")
+    first = pt.exp(x) + pt.log(y)
+    a, b = pt.vector("other"), pt.vector("names")
+    log_b = pt.log(b)  # created before exp(a): another creation order
+    second = pt.exp(a) + log_b
+    assert graph_key([first], [x, y]) == graph_key([second], [a, b])
+
+
+def test_graph_key_changes_with_input_order():
+    x, y = pt.vector("x"), pt.vector("y")
+    assert graph_key([x - y], [x, y]) != graph_key([x - y], [y, x])
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        pytest.param(lambda x: x * 2.0 + 1.0, id="constant-value"),
+        pytest.param(lambda x: x * pt.constant(3, dtype="int64"), id="constant-dtype"),
+        pytest.param(lambda x: x.astype("float32") * 3.0, id="dtype"),
+        pytest.param(lambda x: x.sum(axis=1), id="op-property"),
+    ],
+)
+def test_graph_key_changes_with_content(changed):
+    x = pt.matrix("x")
+    base = graph_key([x * 3.0], [x])
+    assert graph_key([changed(x)], [x]) != base
+
+
+def test_graph_key_changes_with_static_shape():
+    x = pt.matrix("x")
+    fixed = pt.matrix("x", shape=(2, 3))
+    assert graph_key([x * 3.0], [x]) != graph_key([fixed * 3.0], [fixed])
+
+
+def test_constant_arrays_are_keyed_by_content_not_identity():
+    x = pt.vector("x")
+    data = np.arange(5.0)
+    same = graph_key([x + pt.as_tensor(data)], [x])
+    assert graph_key([x + pt.as_tensor(data.copy())], [x]) == same
+    changed = data.copy()
+    changed[3] += 1e-12
+    assert graph_key([x + pt.as_tensor(changed)], [x]) != same
+
+
+def test_inner_graphs_are_part_of_the_key():
+    from pytensor.compile.builders import OpFromGraph
+
+    a = pt.vector("a")
+    x = pt.vector("x")
+    times_two = OpFromGraph([a], [a * 2])
+    times_three = OpFromGraph([a], [a * 3])
+    assert graph_key([times_two(x)], [x]) != graph_key([times_three(x)], [x])
+
+
+def test_every_fingerprint_component_changes_the_key():
+    x = pt.vector("x")
+    fgraph = FunctionGraph([x], [pt.exp(x)], clone=True)
+    fingerprint = current_fingerprint()
+    base = graph_kernel_key(fgraph, fingerprint).digest
+    for name, value in fingerprint.components.items():
+        changed = Fingerprint.from_components(fingerprint.components | {name: f"{value}-other"})
+        assert graph_kernel_key(fgraph, changed).digest != base, name
+
+
+def test_fingerprint_names_the_environment():
+    components = current_fingerprint().components
+    for name in ("python", "numba", "llvmlite", "numpy", "scipy", "pytensor", "cpu_name",
+                 "cpu_features", "pytensor_numba__fastmath", "numba_opt", "format_version"):
+        assert name in components
+
+
+def test_fastmath_flag_changes_the_fingerprint():
+    from pytensor import config
+
+    with config.change_flags(numba__fastmath=True):
+        on = current_fingerprint().digest
+    with config.change_flags(numba__fastmath=False):
+        off = current_fingerprint().digest
+    assert on != off

@@ -1,0 +1,706 @@
+"""The store: round trips, corruption, eviction, locking, read-only stores and failing disks.
+
+Real files, real SQLite, real processes; nothing is mocked. Each test names the
+protection it checks, and would fail without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from numba_cache import settings
+from numba_cache.store import Entry, Store, StoreWarning, record
+
+REPO = Path(__file__).resolve().parents[1]
+NOBODY = 65534
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+FINGERPRINT = digest("fingerprint")
+OTHER_FINGERPRINT = digest("another fingerprint")
+
+
+def open_store(root, **changes) -> Store:
+    values = dict(root=Path(root), disabled=False, readonly=False)
+    values |= dict(max_size=2**30, lock_timeout=30.0)
+    values.update(changes)
+    return Store(settings.override(settings.current(), **values))
+
+
+def source_of(name: str) -> str:
+    return f"def kernel_{name}(x):\n    return x + 1\n"
+
+
+def make_entry(name: str, kernel_size: int = 1000, fingerprint: str = FINGERPRINT) -> Entry:
+    kernel = (name.encode() * kernel_size)[:kernel_size]
+    return Entry(
+        key=digest(name),
+        fingerprint=fingerprint,
+        kind="graph",
+        summary=f"graph {name} ≈ x + 1",
+        components={"name": name, "ops": ["Add"]},
+        blobs={"kernel": kernel, "source": source_of(name).encode()},
+    )
+
+
+def save(store: Store, name: str, **options) -> Entry:
+    entry = make_entry(name, **options)
+    assert store.save(entry, source_of(name))
+    return entry
+
+
+def record_path(root: Path, entry: Entry) -> Path:
+    return root / entry.fingerprint / entry.key[:2] / f"{entry.key}.nbk"
+
+
+def keys_of(entries) -> list[str]:
+    return [entry.key for entry in entries]
+
+
+def close_stores() -> None:
+    """Close the SQLite connections of dropped Store objects (they sit in reference cycles)."""
+    gc.collect()
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under `root` with the hash of its content.
+
+    SQLite's ``-wal`` and ``-shm`` files are left out: a reader may create them.
+    """
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in root.rglob("*")
+        if path.is_file() and not path.name.endswith(("-wal", "-shm"))
+    }
+
+
+@contextlib.contextmanager
+def caught_warnings():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield caught
+
+
+def store_warnings(caught) -> list[str]:
+    return [str(item.message) for item in caught if issubclass(item.category, StoreWarning)]
+
+
+def delete_row(root: Path, entry: Entry) -> None:
+    with contextlib.closing(sqlite3.connect(root / "index.sqlite3")) as database:
+        database.execute("DELETE FROM entries WHERE key = ?", (entry.key,))
+        database.commit()
+
+
+# Process bodies (module level, so that spawned children can import them).
+
+
+def hold_lock(root: str, key: str, held, release) -> None:
+    with open_store(root).lock(FINGERPRINT, key) as got:
+        if got:
+            held.set()
+        release.wait(30)
+
+
+def compile_once(root: str, name: str, barrier, log: str) -> None:
+    store = open_store(root)
+    barrier.wait(30)
+    with store.lock(FINGERPRINT, digest(name)):
+        if store.load(FINGERPRINT, digest(name)) is None:
+            time.sleep(0.3)  # a slow compile: the others pile up on the lock meanwhile
+            with open(log, "a") as file:
+                file.write(f"{os.getpid()}\n")
+            save(store, name)
+    sys.exit(0 if store.load(FINGERPRINT, digest(name)) is not None else 1)
+
+
+def rewrite_repeatedly(root: str, stop) -> None:
+    store = open_store(root)
+    version = 0
+    while not stop.is_set():
+        size = 100_000 + (version % 5) * 60_000
+        kernel = bytes([version % 256]) * size
+        entry = Entry(key=digest("hot"), fingerprint=FINGERPRINT, kind="op", blobs={"k": kernel})
+        store.save(entry)
+        version += 1
+
+
+# Round trips
+
+
+def test_round_trip_keeps_blobs_and_metadata_and_writes_the_source_copy(tmp_path):
+    root = tmp_path / "cache"
+    entry = save(open_store(root), "a")
+    loaded = open_store(root).load(FINGERPRINT, entry.key)
+    assert loaded.blobs == entry.blobs
+    assert (loaded.kind, loaded.summary) == (entry.kind, entry.summary)
+    assert loaded.components == entry.components
+    assert loaded.cacheable and loaded.reason is None and loaded.created == entry.created
+    assert open_store(root).source_path(FINGERPRINT, entry.key).read_text() == source_of("a")
+    assert record_path(root, entry).read_bytes().startswith(b"NBCACHE1")
+    assert os.listdir(root / "tmp") == []  # every temp file was renamed into place
+    assert open_store(root).load(FINGERPRINT, digest("never saved")) is None
+
+
+def test_uncacheable_marker_round_trip(tmp_path):
+    store = open_store(tmp_path)
+    marker = Entry.uncacheable(
+        fingerprint=FINGERPRINT, key=digest("m"), kind="op", reason="object mode", summary="Op m"
+    )
+    assert store.save(marker, None)
+    loaded = store.load(FINGERPRINT, marker.key)
+    assert (loaded.cacheable, loaded.reason, loaded.blobs) == (False, "object mode", {})
+    stats = store.stats()
+    assert (stats["uncacheable"], stats["kinds"]["op"], stats["entries"]) == (1, 0, 1)
+    with pytest.raises(ValueError, match="marker"):
+        store.save(Entry(key=digest("x"), fingerprint=FINGERPRINT, kind="op", cacheable=False))
+
+
+@pytest.mark.parametrize("bad", ["../../etc/passwd", digest("k").upper(), digest("k")[:63], ""])
+def test_keys_and_fingerprints_that_are_not_sha256_hex_are_refused(tmp_path, bad):
+    store = open_store(tmp_path / "cache")
+    with pytest.raises(ValueError, match="key"):
+        store.load(FINGERPRINT, bad)
+    with pytest.raises(ValueError, match="fingerprint"):
+        store.save(Entry(key=digest("k"), fingerprint=bad, kind="op", blobs={"kernel": b"1"}), None)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_disabled_store_neither_serves_nor_writes(tmp_path):
+    save(open_store(tmp_path / "cache"), "a")
+    before = snapshot(tmp_path / "cache")
+    disabled = open_store(tmp_path / "cache", disabled=True)
+    assert disabled.load(FINGERPRINT, digest("a")) is None
+    assert disabled.save(make_entry("b"), source_of("b")) is False
+    disabled.count(FINGERPRINT, "miss")
+    with disabled.lock(FINGERPRINT, digest("b")) as held:
+        assert held is False
+    assert snapshot(tmp_path / "cache") == before
+
+
+# Layout and permissions
+
+
+def test_root_and_missing_parents_are_created_private_at_the_first_write_only(tmp_path):
+    root = tmp_path / "a" / "b" / "cache"
+    store = open_store(root)
+    assert store.load(FINGERPRINT, digest("a")) is None
+    assert store.entries() == [] and store.stats()["entries"] == 0
+    assert not (tmp_path / "a").exists()  # reading creates nothing
+    save(store, "a")
+    for directory in (tmp_path / "a", tmp_path / "a" / "b", root):
+        assert directory.stat().st_mode & 0o777 == 0o700, directory
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770])
+def test_a_root_others_can_write_warns_once_per_process(tmp_path, mode):
+    root = tmp_path / "shared"
+    root.mkdir()
+    root.chmod(mode)
+    with pytest.warns(StoreWarning, match="pickles") as caught:
+        open_store(root)
+    assert str(root) in str(caught[0].message)
+    with caught_warnings() as again:
+        open_store(root)
+    assert store_warnings(again) == []
+
+
+def test_a_private_root_does_not_warn(tmp_path):
+    root = tmp_path / "private"
+    root.mkdir(mode=0o700)
+    with caught_warnings() as caught:
+        open_store(root)
+    assert store_warnings(caught) == []
+
+
+# Index, counters, listings
+
+
+def test_listing_and_counters_survive_a_new_store_and_a_new_process(tmp_path):
+    root = tmp_path / "cache"
+    store = open_store(root)
+    a, b = save(store, "a"), save(store, "b")
+    store.load(FINGERPRINT, a.key)
+    store.load(FINGERPRINT, a.key)
+    store.count(FINGERPRINT, "hit", 2)
+    store.count(FINGERPRINT, "miss", 2)
+
+    fresh = open_store(root)
+    assert keys_of(fresh.entries()) == [b.key, a.key]  # least recently used first
+    assert {entry.key: entry.hits for entry in fresh.entries()} == {a.key: 2, b.key: 0}
+    stats = fresh.stats()
+    assert (stats["entries"], stats["kinds"]["graph"]) == (2, 2)
+    assert stats["counters"] == {"hit": 2, "miss": 2}
+    assert stats["bytes"] == sum(entry.size for entry in fresh.entries()) > 2000
+    assert stats["fingerprints"][FINGERPRINT]["entries"] == 2
+
+    child = textwrap.dedent(f"""
+        import json
+        from pathlib import Path
+        from numba_cache import settings
+        from numba_cache.store import Store
+        configured = settings.override(
+            settings.current(), root=Path({str(root)!r}), readonly=False, disabled=False
+        )
+        store = Store(configured)
+        assert store.load({FINGERPRINT!r}, {a.key!r}) is not None
+        store.count({FINGERPRINT!r}, "hit")
+        store.count({FINGERPRINT!r}, "miss")
+        print(json.dumps(store.stats()["counters"]))
+    """)
+    environment = dict(os.environ, PYTHONPATH=str(REPO))
+    output = subprocess.run(
+        [sys.executable, "-c", child], env=environment, capture_output=True, text=True, check=True
+    ).stdout
+    assert json.loads(output.splitlines()[-1]) == {"hit": 3, "miss": 3}
+    assert open_store(root).stats()["counters"] == {"hit": 3, "miss": 3}
+    assert {entry.key: entry.hits for entry in open_store(root).entries()}[a.key] == 3
+
+
+def test_listings_filter_by_fingerprint_and_kind_and_clear_keeps_other_fingerprints(tmp_path):
+    store = open_store(tmp_path)
+    a = save(store, "a")
+    other = save(store, "b", fingerprint=OTHER_FINGERPRINT)
+    marker = Entry.uncacheable(fingerprint=FINGERPRINT, key=digest("m"), kind="op", reason="r")
+    store.save(marker, None)
+    store.count(OTHER_FINGERPRINT, "miss")
+    assert keys_of(store.entries(FINGERPRINT)) == [a.key, marker.key]
+    assert keys_of(store.entries(kind="op")) == [marker.key]
+    assert store.stats(OTHER_FINGERPRINT)["counters"] == {"miss": 1}
+    assert store.clear(FINGERPRINT) == 2
+    assert keys_of(store.entries()) == [other.key]
+    assert not store.source_path(FINGERPRINT, a.key).exists()
+    store.zero_counters()
+    assert store.stats()["counters"] == {}
+
+
+def test_a_row_without_its_file_is_dropped_when_found(tmp_path):
+    store = open_store(tmp_path)
+    entry = save(store, "a")
+    record_path(tmp_path, entry).unlink()
+    assert store.load(FINGERPRINT, entry.key) is None
+    assert store.entries() == []
+
+
+def test_a_file_without_its_row_is_indexed_when_found(tmp_path):
+    store = open_store(tmp_path)
+    entry = save(store, "a")
+    delete_row(tmp_path, entry)
+    assert store.entries() == []
+    assert store.load(FINGERPRINT, entry.key) is not None
+    assert [(found.key, found.hits) for found in store.entries()] == [(entry.key, 1)]
+
+
+def test_a_deleted_index_is_rebuilt_from_the_files(tmp_path):
+    store = open_store(tmp_path)
+    a, b = save(store, "a"), save(store, "b")
+    del store
+    close_stores()
+    for path in tmp_path.glob("index.sqlite3*"):
+        path.unlink()
+    fresh = open_store(tmp_path)
+    assert set(keys_of(fresh.entries())) == {a.key, b.key}  # from the files alone
+    fresh.load(FINGERPRINT, a.key)  # the first write creates the index, filled from the files
+    assert {entry.key: entry.hits for entry in fresh.entries()} == {a.key: 1, b.key: 0}
+
+
+def test_a_corrupt_index_is_moved_aside_and_rebuilt(tmp_path):
+    store = open_store(tmp_path)
+    entry = save(store, "a")
+    del store
+    close_stores()
+    (tmp_path / "index.sqlite3").write_bytes(b"this is not an SQLite database" * 100)
+    fresh = open_store(tmp_path)
+    with pytest.warns(StoreWarning, match="corrupt"):
+        assert keys_of(fresh.entries()) == [entry.key]
+    assert list(tmp_path.glob("index.sqlite3.corrupt-*"))
+    assert fresh.load(FINGERPRINT, entry.key) is not None
+    assert [(found.key, found.hits) for found in fresh.entries()] == [(entry.key, 1)]
+
+
+def test_an_unusable_index_warns_and_the_store_carries_on_with_the_files(tmp_path):
+    (tmp_path / "index.sqlite3").mkdir()  # cannot be opened as a database
+    store = open_store(tmp_path)
+    with pytest.warns(StoreWarning, match="index"):
+        entry = save(store, "a")
+    assert store.load(FINGERPRINT, entry.key).blobs == entry.blobs
+    assert keys_of(store.entries()) == [entry.key]
+    assert store.stats()["entries"] == 1
+
+
+# Corruption
+
+
+def truncate(path: Path, other: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-7])
+
+
+def flip_a_blob_byte(path: Path, other: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-20] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def swap_in_another_keys_record(path: Path, other: Path) -> None:
+    shutil.copyfile(other, path)
+
+
+def garble_the_json(path: Path, other: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[12:14] = b"}{"
+    path.write_bytes(bytes(data))
+
+
+def overwrite_the_magic(path: Path, other: Path) -> None:
+    path.write_bytes(b"NOTCACHE" + path.read_bytes()[8:])
+
+
+def empty(path: Path, other: Path) -> None:
+    path.write_bytes(b"")
+
+
+DAMAGES = [
+    truncate,
+    flip_a_blob_byte,
+    swap_in_another_keys_record,
+    garble_the_json,
+    overwrite_the_magic,
+    empty,
+]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_corrupt_record_is_a_warned_counted_and_removed_miss(tmp_path, damage):
+    store = open_store(tmp_path)
+    victim, bystander = save(store, "a"), save(store, "b")
+    damage(record_path(tmp_path, victim), record_path(tmp_path, bystander))
+    with pytest.warns(StoreWarning, match=victim.key[:12]):
+        assert store.load(FINGERPRINT, victim.key) is None
+    assert not record_path(tmp_path, victim).exists()
+    assert keys_of(store.entries()) == [bystander.key]
+    assert store.stats()["counters"]["corrupt"] == 1
+    assert store.load(FINGERPRINT, bystander.key).blobs == bystander.blobs
+
+
+def test_concurrent_rewrites_never_expose_a_partial_record(tmp_path):
+    context = multiprocessing.get_context("fork")
+    stop = context.Event()
+    writer = context.Process(target=rewrite_repeatedly, args=(str(tmp_path), stop))
+    writer.start()
+    store = open_store(tmp_path)
+    seen = 0
+    try:
+        with caught_warnings() as caught:
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                entry = store.load(FINGERPRINT, digest("hot"))
+                if entry is not None:
+                    kernel = entry.blobs["k"]
+                    assert kernel == kernel[:1] * len(kernel)
+                    seen += 1
+    finally:
+        stop.set()
+        writer.join(30)
+    assert store_warnings(caught) == []
+    assert seen > 20
+
+
+# Eviction
+
+
+def test_eviction_removes_the_least_recently_used_first(tmp_path):
+    store = open_store(tmp_path)
+    a, b, c, d = (save(store, name) for name in "abcd")
+    time.sleep(0.01)
+    store.load(FINGERPRINT, a.key)  # the oldest save becomes the most recently used
+    size = {entry.key: entry.size for entry in store.entries()}
+    budget = size[d.key] + size[a.key]  # room for two entries, not three
+    assert store.evict_to(budget) == [(FINGERPRINT, b.key), (FINGERPRINT, c.key)]
+    assert keys_of(store.entries()) == [d.key, a.key]
+    assert store.load(FINGERPRINT, b.key) is None and store.load(FINGERPRINT, a.key) is not None
+    assert store.stats()["counters"]["eviction"] == 2
+
+
+def test_saves_keep_the_store_within_its_maximum_size(tmp_path):
+    entry_size = len(record.encode(make_entry("entry0"))) + len(source_of("entry0"))
+    max_size = 3 * entry_size + entry_size // 2
+    store = open_store(tmp_path, max_size=max_size)
+    names = [f"entry{number}" for number in range(8)]
+    for name in names:
+        save(store, name)
+        assert store.stats()["bytes"] <= max_size
+    remaining = set(keys_of(store.entries()))
+    assert digest(names[-1]) in remaining and digest(names[0]) not in remaining
+    assert store.stats()["counters"]["eviction"] == len(names) - len(remaining)
+    assert sum(1 for _ in tmp_path.rglob("*.nbk")) == len(remaining)
+
+
+def test_eviction_skips_an_entry_whose_lock_another_process_holds(tmp_path):
+    store = open_store(tmp_path)
+    busy, b, c = save(store, "busy"), save(store, "b"), save(store, "c")
+    context = multiprocessing.get_context("spawn")
+    held, release = context.Event(), context.Event()
+    holder = context.Process(target=hold_lock, args=(str(tmp_path), busy.key, held, release))
+    holder.start()
+    try:
+        assert held.wait(60)
+        evicted = store.evict_to(0)
+    finally:
+        release.set()
+        holder.join(30)
+    assert sorted(evicted) == sorted([(FINGERPRINT, b.key), (FINGERPRINT, c.key)])
+    assert store.load(FINGERPRINT, busy.key) is not None
+
+
+# Locks
+
+
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_single_flight_one_process_compiles_the_others_load(tmp_path, start_method):
+    root = tmp_path / "cache"
+    open_store(root).count(FINGERPRINT, "opened")  # forked children inherit an open index
+    context = multiprocessing.get_context(start_method)
+    workers = 4
+    barrier = context.Barrier(workers)
+    log = tmp_path / "compiled.log"
+    processes = [
+        context.Process(target=compile_once, args=(str(root), "shared", barrier, str(log)))
+        for _ in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+    assert [process.exitcode for process in processes] == [0] * workers
+    assert len(log.read_text().splitlines()) == 1
+
+
+def test_the_lock_of_a_killed_holder_is_free_at_once(tmp_path):
+    context = multiprocessing.get_context("fork")
+    held, release = context.Event(), context.Event()
+    holder = context.Process(target=hold_lock, args=(str(tmp_path), digest("a"), held, release))
+    holder.start()
+    assert held.wait(30)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(30)
+    store = open_store(tmp_path, lock_timeout=10.0)
+    started = time.monotonic()
+    with store.lock(FINGERPRINT, digest("a")) as got:
+        assert got
+    assert time.monotonic() - started < 2
+
+
+def test_a_lock_timeout_warns_and_runs_the_block_without_the_lock(tmp_path):
+    context = multiprocessing.get_context("fork")
+    held, release = context.Event(), context.Event()
+    holder = context.Process(target=hold_lock, args=(str(tmp_path), digest("a"), held, release))
+    holder.start()
+    try:
+        assert held.wait(30)
+        store = open_store(tmp_path, lock_timeout=0.2)
+        with pytest.warns(StoreWarning, match="waited"):
+            with store.lock(FINGERPRINT, digest("a")) as got:
+                assert got is False
+                assert save(store, "a")
+    finally:
+        release.set()
+        holder.join(30)
+
+
+# Read-only stores
+
+
+def test_the_readonly_setting_serves_hits_and_writes_nothing(tmp_path):
+    writer = open_store(tmp_path)
+    a, b = save(writer, "a"), save(writer, "b")
+    del writer
+    close_stores()
+    flip_a_blob_byte(record_path(tmp_path, b), record_path(tmp_path, a))
+    before = snapshot(tmp_path)
+    store = open_store(tmp_path, readonly=True)
+    with caught_warnings() as caught:
+        assert store.load(FINGERPRINT, a.key).blobs == a.blobs
+        assert store.load(FINGERPRINT, b.key) is None  # corrupt: a miss, but not removed
+        assert store.save(make_entry("c"), source_of("c")) is False
+        store.count(FINGERPRINT, "miss")
+        with store.lock(FINGERPRINT, digest("c")) as held:
+            assert held is False
+        assert store.evict_to(0) == []
+        store.remove(FINGERPRINT, a.key)
+        assert store.clear() == 0
+        store.zero_counters()
+        assert len(store.verify(repair=True)) == 1
+        assert store.stats()["entries"] == 2
+    assert snapshot(tmp_path) == before
+    messages = store_warnings(caught)
+    assert len([message for message in messages if "read-only" in message]) == 1
+    assert len(messages) == 2  # the read-only notice and the corrupt entry
+
+
+def use_unwritable_store(root: Path) -> dict:
+    """Use a store whose root cannot be written; report what happened."""
+    with caught_warnings() as caught:
+        before = snapshot(root)
+        store = open_store(root)
+        outcome = {
+            "readonly": store.readonly,
+            "hit": store.load(FINGERPRINT, digest("a")) is not None,
+            "saved": store.save(make_entry("c"), source_of("c")),
+            "listed": {entry.key: entry.hits for entry in store.entries()},
+        }
+        store.count(FINGERPRINT, "miss")
+        outcome["unchanged"] = snapshot(root) == before
+    outcome["warnings"] = store_warnings(caught)
+    return outcome
+
+
+def use_unwritable_store_as_nobody(root: Path, results) -> None:
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+    results.put(use_unwritable_store(root))
+
+
+def test_a_root_that_cannot_be_written_is_readonly():
+    # As root, chmod does not stop writes (and os.access says writable), so the
+    # store is used from a child that drops to the unprivileged user nobody.
+    base = Path(tempfile.mkdtemp(prefix="numba_cache_readonly_"))
+    base.chmod(0o755)
+    root = base / "cache"
+    try:
+        writer = open_store(root)
+        a = save(writer, "a")
+        writer.load(FINGERPRINT, a.key)
+        del writer
+        close_stores()
+        if os.geteuid() == 0:
+            subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(root)], check=True)
+            root.chmod(0o500)
+            context = multiprocessing.get_context("fork")
+            results = context.Queue()
+            child = context.Process(target=use_unwritable_store_as_nobody, args=(root, results))
+            child.start()
+            outcome = results.get(timeout=60)
+            child.join(30)
+        else:
+            root.chmod(0o500)
+            outcome = use_unwritable_store(root)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            root.chmod(0o700)  # so that a non-root user can delete it
+        shutil.rmtree(base)
+    assert outcome["readonly"] and outcome["hit"] and outcome["unchanged"]
+    assert outcome["saved"] is False
+    assert outcome["listed"] == {a.key: 1}  # the index is read although it cannot be written
+    assert len(outcome["warnings"]) == 1 and "not writable" in outcome["warnings"][0]
+
+
+# Failing writes
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path):
+    """A 1 MiB tmpfs, where a big write fails with a real ENOSPC; skips where mount is refused."""
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    mounted = shutil.which("mount") and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)], capture_output=True
+    )
+    if not mounted or mounted.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root); the tmp-is-a-file case still runs")
+    try:
+        yield mount_point
+    finally:
+        close_stores()
+        subprocess.run(["umount", "--lazy", str(mount_point)], check=False)
+
+
+def test_a_full_disk_makes_save_return_false_with_a_warning(tiny_filesystem):
+    root = tiny_filesystem / "cache"
+    store = open_store(root)
+    small = save(store, "small")
+    big = make_entry("big", kernel_size=4 * 1024 * 1024)
+    with pytest.warns(StoreWarning, match="No space left"):
+        assert store.save(big, source_of("big")) is False
+    assert not record_path(root, big).exists()
+    assert os.listdir(root / "tmp") == []  # the partial temp file was removed
+    assert store.stats()["counters"]["write_error"] == 1
+    assert store.load(FINGERPRINT, small.key) is not None
+    assert save(store, "after")  # the space of the failed write was given back
+
+
+def test_an_unwritable_temp_directory_makes_save_return_false_with_a_warning(tmp_path):
+    store = open_store(tmp_path)
+    (tmp_path / "tmp").write_text("a file where the temp directory should be")
+    entry = make_entry("a")
+    with pytest.warns(StoreWarning, match="cannot write"):
+        assert store.save(entry, source_of("a")) is False
+    with caught_warnings() as caught:
+        assert store.save(make_entry("b"), source_of("b")) is False
+    assert store_warnings(caught) == []  # once per process
+    assert store.load(FINGERPRINT, entry.key) is None
+    assert store.stats()["counters"]["write_error"] == 2
+
+
+# Verification
+
+
+def test_verify_finds_problems_then_repairs_them(tmp_path):
+    store = open_store(tmp_path)
+    good, corrupt, mismatched, unindexed, rowonly = (
+        save(store, name) for name in ("good", "corrupt", "mismatched", "unindexed", "rowonly")
+    )
+    flip_a_blob_byte(record_path(tmp_path, corrupt), record_path(tmp_path, good))
+    store.source_path(FINGERPRINT, mismatched.key).write_text("# edited by hand\n")
+    delete_row(tmp_path, unindexed)
+    record_path(tmp_path, rowonly).unlink()
+    store.source_path(FINGERPRINT, rowonly.key).unlink()
+    orphan = store.source_path(FINGERPRINT, digest("orphan"))
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_text(source_of("orphan"))
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    dead_temp = tmp_path / "tmp" / f"{good.key}.nbk.{finished.pid}.0badf00d.tmp"
+    live_temp = tmp_path / "tmp" / f"{good.key}.nbk.{os.getpid()}.0000beef.tmp"
+    dead_temp.write_bytes(b"partial")
+    live_temp.write_bytes(b"in flight")
+
+    def summary(problems):
+        return sorted((p.key or p.path.name, p.problem.split(":")[0]) for p in problems)
+
+    expected = sorted([
+        (corrupt.key, "unreadable record"),
+        (mismatched.key, "the .py copy differs from the record's source"),
+        (unindexed.key, "entry missing from the index"),
+        (rowonly.key, "index row without an entry file"),
+        (digest("orphan"), "source copy without a record"),
+        (dead_temp.name, "temp file of a dead or stuck writer"),
+    ])
+    assert summary(store.verify()) == expected
+    assert dead_temp.exists() and orphan.exists() and record_path(tmp_path, corrupt).exists()
+    assert summary(store.verify(repair=True)) == expected
+    assert store.verify() == []
+    assert not dead_temp.exists() and not orphan.exists() and live_temp.exists()
+    assert not record_path(tmp_path, corrupt).exists()
+    assert store.source_path(FINGERPRINT, mismatched.key).read_text() == source_of("mismatched")
+    assert set(keys_of(store.entries())) == {good.key, mismatched.key, unindexed.key}
+    assert store.load(FINGERPRINT, good.key).blobs == good.blobs
