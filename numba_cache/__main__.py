@@ -1,0 +1,5 @@
+import sys
+
+from numba_cache.cli import main
+
+sys.exit(main())

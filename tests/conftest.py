@@ -1,0 +1,18 @@
+"""Shared fixtures: every test gets its own store; compiled stores are shared per session."""
+
+from __future__ import annotations
+
+import pytest
+
+from numba_cache import settings
+
+
+@pytest.fixture(autouse=True)
+def private_store(tmp_path, monkeypatch):
+    """Point numba_cache (and subprocesses) at a store of this test's own."""
+    root = tmp_path / "store"
+    monkeypatch.setenv("NBCACHE_DIR", str(root))
+    for variable in ("NBCACHE_DISABLE", "NBCACHE_READONLY", "NBCACHE_MAX_SIZE"):
+        monkeypatch.delenv(variable, raising=False)
+    yield root
+    settings.configure(**{name: None for name in settings.ENVIRONMENT})

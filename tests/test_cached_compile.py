@@ -1,0 +1,91 @@
+"""End to end: a cold process compiles and persists, a fresh process compiles nothing."""
+
+from __future__ import annotations
+
+import os
+
+from helpers import run_python
+
+COMPILE_RADON = """
+import json, os, time
+import numpy as np
+import pytensor
+import numba_cache
+from numba_cache.compile_events import count_numba_compiles
+from numba_cache.models import radon_model
+
+model = radon_model()
+with count_numba_compiles() as compiles:
+    function = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")
+    logp, gradient = function(*model.point)
+print(json.dumps({
+    "compiles": len(compiles),
+    "stats": dict(numba_cache.session_stats()),
+    "logp": float(logp),
+    "gradient": gradient.tolist(),
+}))
+"""
+
+
+def test_second_process_loads_everything_and_compiles_nothing(tmp_path, private_store):
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    env = {"TMPDIR": str(tmpdir)}
+    cold = run_python(COMPILE_RADON, env)
+    warm = run_python(COMPILE_RADON, env)
+
+    assert cold["compiles"] > 0 and cold["stats"]["graph.miss"] == 1
+    assert warm["compiles"] == 0
+    assert warm["stats"] == {"graph.hit": 1}
+    assert warm["logp"] == cold["logp"] and warm["gradient"] == cold["gradient"]
+    # Generated source never goes to the temp directory (PyTensor leaves one file per function).
+    assert os.listdir(tmpdir) == []
+
+
+def test_a_new_graph_of_known_ops_reuses_their_kernels(private_store):
+    """Same model, other data: a new graph key, yet op kernels are hits (level 2).
+
+    Only a kernel whose node reads one of the three changed data constants may
+    miss: op keys include constant inputs by content, because a conversion may
+    specialise on a constant's value.
+    """
+    run_python(COMPILE_RADON)
+    other_data = run_python(COMPILE_RADON.replace("radon_model()", "radon_model(seed=1)"))
+    stats = other_data["stats"]
+    assert stats["graph.miss"] == 1
+    assert stats.get("op.miss", 0) <= 3 and stats["op.hit"] > 10
+
+
+BUILTIN_NUMBA = """
+import json
+import numpy as np
+import pytensor, pytensor.tensor as pt
+from numba_cache.compile_events import count_numba_compiles
+
+def builtin():
+    x = pt.vector("x")
+    with count_numba_compiles() as compiles:
+        f = pytensor.function([x], pt.exp(x).sum() * 3, mode="NUMBA")
+        value = float(f(np.arange(3.0)))
+    return value, len(compiles)
+
+before = builtin()
+import numba_cache
+x = pt.vector("x")
+ours = float(pytensor.function([x], pt.exp(x).sum() * 3, mode="NUMBA_CACHE")(np.arange(3.0)))
+after = builtin()
+print(json.dumps({"before": before, "after": after, "ours": ours}))
+"""
+
+
+def test_builtin_numba_mode_keeps_working_and_hitting_its_own_cache(tmp_path):
+    env = {"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'pytensor'}"}
+    first = run_python(BUILTIN_NUMBA, env)
+    second = run_python(BUILTIN_NUMBA, env)
+    expected = 3 * sum(2.718281828459045**i for i in range(3))
+    for run in (first, second):
+        assert abs(run["before"][0] - expected) < 1e-9
+        assert run["after"][0] == run["before"][0] == run["ours"]
+    assert first["before"][1] > 0
+    # A fresh process compiles the built-in NUMBA graph from PyTensor's own cache.
+    assert second["before"][1] == 0
