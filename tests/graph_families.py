@@ -13,9 +13,9 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.builders import OpFromGraph
-from pytensor.ifelse import ifelse
+from pytensor.conditional.op import ifelse
 from pytensor.tensor.blockwise import Blockwise
-from pytensor.tensor.slinalg import Cholesky, Solve
+from pytensor.tensor.linalg import Cholesky, Solve
 
 RNG = np.random.default_rng(42)
 

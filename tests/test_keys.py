@@ -115,3 +115,25 @@ def test_fastmath_flag_changes_the_fingerprint():
     with config.change_flags(numba__fastmath=False):
         off = current_fingerprint().digest
     assert on != off
+
+
+@pytest.mark.parametrize("family", sorted(__import__("graph_families").FAMILIES))
+def test_rewritten_family_graphs_are_described_without_pickle_fallbacks(family):
+    """Pickles depend on process state (auto-names, memo order): no PyTensor op should need one."""
+    import json
+
+    from graph_families import FAMILIES
+
+    from numba_cache import numba_cache_mode
+    from numba_cache.keys.ops import describe_op
+
+    from pytensor.graph.basic import Constant
+    from pytensor.graph.traversal import graph_inputs
+
+    _, outputs, _, _ = FAMILIES[family]()
+    inputs = [v for v in graph_inputs(outputs) if not isinstance(v, Constant)]
+    fgraph = FunctionGraph(inputs, outputs, clone=True)
+    numba_cache_mode().optimizer.rewrite(fgraph)
+    for node in fgraph.toposort():
+        description = json.dumps(describe_op(node.op))
+        assert '"pickle"' not in description, (str(node.op), description[:300])

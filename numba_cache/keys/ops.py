@@ -9,7 +9,7 @@ fall back to their public attributes.
 
 from __future__ import annotations
 
-from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.fg import AbstractFunctionGraph
 from pytensor.graph.type import Type
 
 from numba_cache.keys.canonical import canonical, props_description, qualified_name
@@ -29,7 +29,7 @@ def describe_type(pytensor_type: Type) -> list:
     return canonical(pytensor_type)
 
 
-@canonical.register(FunctionGraph)
+@canonical.register(AbstractFunctionGraph)
 def _(fgraph):
     # Imported here: graph.py imports this module.
     from numba_cache.keys.graph import describe_graph
