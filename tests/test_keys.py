@@ -117,6 +117,7 @@ def test_fastmath_flag_changes_the_fingerprint():
     assert on != off
 
 
+@pytest.mark.filterwarnings("ignore:A Supervisor feature is missing")
 @pytest.mark.parametrize("family", sorted(__import__("graph_families").FAMILIES))
 def test_rewritten_family_graphs_are_described_without_pickle_fallbacks(family):
     """Pickles depend on process state (auto-names, memo order): no PyTensor op should need one."""

@@ -1,0 +1,56 @@
+"""Settings and the self-test, end to end: the cache never makes a compile fail."""
+
+from __future__ import annotations
+
+from helpers import run_python
+
+TINY_COMPILE = """
+import json, warnings
+import numpy as np, pytensor, pytensor.tensor as pt
+import numba_cache
+{setup}
+x = pt.vector("x")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    value = pytensor.function([x], {expression}, mode="NUMBA_CACHE")(np.arange(3.0))
+print(json.dumps({{"value": value.tolist(), "stats": dict(numba_cache.session_stats()),
+                  "warnings": [str(w.message) for w in caught if "numba_cache" in str(w.message)]}}))
+"""
+
+
+def compile_tiny(expression="pt.exp(x) * 2", setup="", env=None):
+    return run_python(TINY_COMPILE.format(expression=expression, setup=setup), env)
+
+
+def test_disabled_cache_compiles_and_writes_nothing(private_store):
+    result = compile_tiny(env={"NBCACHE_DISABLE": "1"})
+    assert result["value"] == (2 * __import__("numpy").exp([0.0, 1.0, 2.0])).tolist()
+    assert not private_store.exists()
+
+
+def test_disabled_from_python(private_store):
+    result = compile_tiny(setup="numba_cache.settings.configure(disabled=True)")
+    assert result["value"] and not private_store.exists()
+
+
+def test_readonly_store_serves_hits_and_writes_nothing(private_store):
+    compile_tiny()
+    files_before = sorted(p.name for p in private_store.rglob("*.nbk"))
+    hit = compile_tiny(env={"NBCACHE_READONLY": "1"})
+    assert hit["stats"] == {"graph.hit": 1}
+    miss = compile_tiny("pt.log1p(x) + 3", env={"NBCACHE_READONLY": "1"})
+    assert miss["stats"]["graph.miss"] == 1
+    assert sorted(p.name for p in private_store.rglob("*.nbk")) == files_before
+
+
+def test_failed_self_test_turns_the_cache_off_with_one_warning(private_store):
+    setup = (
+        "import numba_cache.kernels.context as context\n"
+        "def broken():\n"
+        "    raise RuntimeError('numba API changed')\n"
+        "context.self_test = broken\n"
+    )
+    result = compile_tiny(setup=setup)
+    assert result["value"] == compile_tiny(env={"NBCACHE_DISABLE": "1"})["value"]
+    assert len([w for w in result["warnings"] if "turned off" in w]) == 1
+    assert not list(private_store.rglob("*.nbk"))
