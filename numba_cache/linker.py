@@ -28,8 +28,10 @@ class NumbaCacheLinker(JITLinker):
     def fgraph_convert(self, fgraph, storage_map=None, **kwargs):
         from numba_cache.kernels.context import current_context
         from numba_cache.kernels.graph import graph_kernel
+        from numba_cache.rewrite_cache import GRAPH_KEY_ATTRIBUTE
 
-        return graph_kernel(fgraph, current_context(), storage_map)
+        key = getattr(fgraph, GRAPH_KEY_ATTRIBUTE, None)
+        return graph_kernel(fgraph, current_context(), storage_map, key=key)
 
     def jit_compile(self, kernel):
         return kernel
@@ -38,9 +40,19 @@ class NumbaCacheLinker(JITLinker):
         return [storage_map[variable] for variable in self.fgraph.inputs]
 
 
+class NumbaCacheMode(Mode):
+    """PyTensor's ``Mode`` whose function maker loads rewritten graphs from the cache."""
+
+    @property
+    def function_maker(self):
+        from numba_cache.rewrite_cache import CachedRewriteFunctionMaker
+
+        return CachedRewriteFunctionMaker
+
+
 def numba_cache_mode() -> Mode:
-    """A new ``Mode`` with numba_cache's linker and PyTensor's numba rewrites."""
-    return Mode(NumbaCacheLinker(), RewriteDatabaseQuery(include=["fast_run", "numba"]))
+    """A new mode with numba_cache's linker and PyTensor's numba rewrites."""
+    return NumbaCacheMode(NumbaCacheLinker(), RewriteDatabaseQuery(include=["fast_run", "numba"]))
 
 
 def register() -> None:

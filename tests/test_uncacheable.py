@@ -69,7 +69,8 @@ def test_registered_op_type_is_not_persisted():
         "numba_cache.register_uncacheable(pt.elemwise.Elemwise, 'registered in a test')\n"
     )
     cold, warm = compile_twice("pt.exp(x) * y", setup)
-    assert cold["entries"] and all(e[3] in ("registered", "contains-uncacheable") for e in cold["entries"])
+    kernels = [e for e in cold["entries"] if e[0] in ("op", "graph")]
+    assert kernels and all(e[3] in ("registered", "contains-uncacheable") for e in kernels)
     assert warm["compiled"], "nothing was persisted, so the next process compiles again"
     assert cold["value"] == warm["value"]
 
@@ -80,8 +81,8 @@ def test_blas_lapack_kernels_that_look_up_pointers_at_run_time_stay_cacheable():
         " + pt.linalg.cholesky(pt.outer(y, y) + pt.eye(3)).sum() + pt.dot(x, y)"
     )
     cold, warm = compile_twice(expression)
-    assert all(e[2] for e in cold["entries"]), cold["entries"]
-    assert warm["stats"] == {"graph.hit": 1}
+    assert all(e[2] for e in cold["entries"]), cold["entries"]  # kernels and rewritten graph
+    assert warm["stats"] == {"rewrite.hit": 1, "graph.hit": 1}
     # Loading a kernel re-runs numba's reload hooks, which compile the object-mode
     # pointer getters (one per BLAS/LAPACK routine, per process); nothing else.
     assert all(name.endswith("_pointer") for name in warm["compiled"]), warm["compiled"]

@@ -40,4 +40,5 @@ def test_cloudpickled_function_loads_from_the_store_in_a_spawned_worker(tmp_path
     result = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
     assert result["value"] == result["expected"]
     assert result["compiles"] == 0
+    # An unpickled function carries its rewritten graph: only the kernel is looked up.
     assert result["stats"] == {"graph.hit": 1}

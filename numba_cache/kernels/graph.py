@@ -19,14 +19,19 @@ from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 
 
-def graph_kernel(fgraph, context, storage_map: dict | None = None):
-    """A numba dispatcher evaluating `fgraph`, loaded from the store when possible."""
+def graph_kernel(fgraph, context, storage_map: dict | None = None, key=None):
+    """A numba dispatcher evaluating `fgraph`, loaded from the store when possible.
+
+    `key` is the graph's key when already known (a rewritten graph from the cache).
+    """
     from pytensor import config
 
-    try:
-        key, verdict = graph_kernel_key(fgraph, context.fingerprint), None
-    except UnkeyableValue as exc:
-        key, verdict = unkeyed("graph", graph_summary(fgraph), exc)
+    verdict = None
+    if key is None:
+        try:
+            key = graph_kernel_key(fgraph, context.fingerprint)
+        except UnkeyableValue as exc:
+            key, verdict = unkeyed("graph", graph_summary(fgraph), exc)
     name = f"graph_{key.short}"
     generated = graph_source(fgraph, name)
     function = compile_function(generated.source, name, source_label(context, key, verdict))

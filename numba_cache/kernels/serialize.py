@@ -4,11 +4,24 @@ We attach our own cache object to each dispatcher (``dispatcher._cache``, a
 ``numba.core.caching._Cache``) instead of plugging a locator into numba's
 ``FunctionCache``. numba calls ``load_overload`` before compiling and
 ``save_overload`` after; we store ``CompileResult._reduce()`` serialized with
-``numba.core.serialize`` and rebuild it with ``CompileResult._rebuild`` after
-``target_context.refresh()``, exactly as ``numba.core.caching.CompileResultCacheImpl``
-does, minus numba's file format and index. That keeps numba's own safety (the
-serialized library is object code for one CPU; the fingerprint pins CPU name,
-features and library versions) while we own keys, files, locks and checksums.
+numba's pickler and rebuild it with ``CompileResult._rebuild``, as
+``numba.core.caching.CompileResultCacheImpl`` does, minus numba's file format
+and index. That keeps numba's own safety (the serialized library is object code
+for one CPU; the fingerprint pins CPU name, features and library versions)
+while we own keys, files, locks and checksums.
+
+Two departures from numba's cache, both to make a warm load cheap:
+
+- Loading initialises numba's runtime (NRT) only, not the whole target context
+  (``target_context.refresh()`` imports every lowering registry, scipy.linalg
+  included). Running machine code needs the runtime; the registries are for
+  compiling, and numba's compiler refreshes the context itself before any compile.
+- Environments of nopython functions are stored against our small
+  :mod:`numba_cache.codegen.generated` module instead of the module they were
+  defined in. numba rebuilds an environment by importing that module, which for
+  PyTensor's kernels means importing all of its numba dispatch; nopython code
+  never reads environment globals at run time (only object-mode lowering does,
+  and object-mode kernels are never persisted, see :mod:`.uncacheable`).
 
 This is private numba API, hence the pinned numba range, the numba version in
 the fingerprint, and :func:`self_test`, which round-trips a tiny kernel once per
@@ -17,16 +30,31 @@ fingerprint and turns the cache off (one warning) if that ever stops working.
 
 from __future__ import annotations
 
+import io
+
 from numba.core import serialize
 from numba.core.compiler import CompileResult
+from numba.core.environment import Environment, _rebuild_env
+from numba.core.runtime import rtsys
+
+from numba_cache.codegen import generated
+
+
+class _KernelPickler(serialize.NumbaPickler):
+    def reducer_override(self, obj):
+        if type(obj) is Environment:
+            return _rebuild_env, (generated.__name__, obj.consts, obj.env_name)
+        return super().reducer_override(obj)
 
 
 def dump_compile_result(cres) -> bytes:
-    return serialize.dumps(cres._reduce())
+    with io.BytesIO() as buffer:
+        _KernelPickler(buffer, protocol=4).dump(cres._reduce())
+        return buffer.getvalue()
 
 
 def load_compile_result(payload: bytes, target_context) -> CompileResult:
-    target_context.refresh()
+    rtsys.initialize(target_context)
     return CompileResult._rebuild(target_context, *serialize.loads(payload))
 
 
@@ -41,9 +69,8 @@ def self_test() -> None:
 
     values = np.arange(4.0)
     expected = probe(values)
-    dispatcher = probe
-    cres = dispatcher.overloads[dispatcher.signatures[0]]
-    rebuilt = load_compile_result(dump_compile_result(cres), dispatcher.targetctx)
+    cres = probe.overloads[probe.signatures[0]]
+    rebuilt = load_compile_result(dump_compile_result(cres), probe.targetctx)
     result = rebuilt.entry_point(values)
     if result != expected:
         raise RuntimeError(f"rebuilt kernel returned {result}, expected {expected}")

@@ -6,8 +6,9 @@ import re
 import time
 from dataclasses import dataclass, field
 
-#: The kinds of compiled thing an entry can hold: a whole graph or a single Op.
-KINDS = ("graph", "op")
+#: The kinds of thing an entry can hold: a whole-graph kernel, an op kernel, or a
+#: rewritten graph (keyed before rewriting).
+KINDS = ("graph", "op", "rewrite")
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 

@@ -1,0 +1,104 @@
+"""The pre-rewrite key: a graph as the user gave it, and everything rewriting depends on.
+
+It lets a hit skip PyTensor's graph rewriting, which is most of a warm compile.
+Components: the graph before rewriting (inputs, outputs and update outputs, see
+:mod:`.graph`), the input specs (mutable, borrow) and output specs (borrow), the
+mode's effective rewrite query, the registered rewrites (names and classes, so
+registering or removing a rewrite invalidates), the PyTensor flags that steer
+rewriting, and the environment fingerprint (which pins the PyTensor version).
+
+Not covered, by nature: a rewriter monkeypatched in place, or rewrites that read
+variable tags; ``NBCACHE_DISABLE`` or a plain ``NUMBA`` mode avoid the shortcut.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from numba_cache.keys.canonical import canonical, digest, qualified_name
+from numba_cache.keys.graph import describe_graph
+from numba_cache.keys.key import Key
+
+#: PyTensor flags read by rewrites (``floatX`` and ``numba__fastmath`` are in the fingerprint).
+REWRITE_FLAGS = (
+    "optimizer",
+    "optimizer_including",
+    "optimizer_excluding",
+    "optimizer_requiring",
+    "on_opt_error",
+    "check_stack_trace",
+    "cast_policy",
+    "on_shape_error",
+    "warn_float64",
+    "optdb__max_use_ratio",
+    "optdb__position_cutoff",
+    "scan__allow_output_prealloc",
+    "tensor__insert_inplace_optimizer_validate_nb",
+)
+
+#: Bump when the stored form of a rewritten graph changes.
+REWRITE_CACHE_VERSION = 1
+
+
+def describe_query(query) -> list:
+    """A rewrite query (include/exclude/require tags...) or, failing that, the rewriter."""
+    from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+
+    if not isinstance(query, RewriteDatabaseQuery):
+        return canonical(query)
+    return [
+        "query",
+        sorted(query.include),
+        sorted(query.require),
+        sorted(query.exclude),
+        canonical(dict(query.subquery)),
+        canonical(query.position_cutoff),
+        [canonical(rewrite) for rewrite in query.extra_rewrites],
+    ]
+
+
+#: Modules that register more rewrites when PyTensor's numba dispatch is imported.
+#: They are imported before the registry is hashed, so that the digest does not
+#: depend on whether this process has converted an op yet (a warm process never does).
+REGISTERING_MODULES = ("pytensor.sparse.rewriting", "pytensor.typed_list.rewriting")
+
+
+def registered_rewrites_digest(database) -> str:
+    """Digest of every rewrite registered in `database`, recursively, by name and class."""
+    for module in REGISTERING_MODULES:
+        importlib.import_module(module)
+    seen: set[int] = set()
+    names: list = []
+
+    def walk(db):
+        for name, rewrites in db.__db__.items():
+            for rewrite in rewrites:
+                if id(rewrite) not in seen:
+                    seen.add(id(rewrite))
+                    names.append([name, qualified_name(type(rewrite))])
+                    if hasattr(rewrite, "__db__"):
+                        walk(rewrite)
+
+    walk(database)
+    return digest(sorted(names))
+
+
+def rewrite_key(fgraph, inputs, outputs, mode, fingerprint) -> Key:
+    """The pre-rewrite key of `fgraph` compiled with `mode` and these In/Out specs."""
+    from pytensor import config
+
+    description = describe_graph(fgraph)
+    return Key.from_components(
+        "rewrite",
+        f"rewrite of a graph of {len(fgraph.apply_nodes)} nodes",
+        {
+            "fingerprint": fingerprint.digest,
+            "version": REWRITE_CACHE_VERSION,
+            "graph": description.digest,
+            "inputs": [[bool(spec.mutable), bool(spec.borrow)] for spec in inputs],
+            "outputs": [bool(spec.borrow) for spec in outputs],
+            "query": describe_query(mode._optimizer),
+            "rewrites": registered_rewrites_digest(mode.optdb),
+            "flags": {flag: str(getattr(config, flag)) for flag in REWRITE_FLAGS},
+        },
+    )

@@ -1,0 +1,148 @@
+"""The pre-rewrite cache: same graph as rewriting gives, invalidated by anything that matters."""
+
+from __future__ import annotations
+
+import pytensor.tensor as pt
+import pytest
+from pytensor import config
+from pytensor.compile.io import In, Out
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.basic import node_rewriter
+
+from helpers import run_python
+from numba_cache import numba_cache_mode
+from numba_cache.keys.fingerprint import Fingerprint, current_fingerprint
+from numba_cache.keys.rewrites import rewrite_key
+
+
+def key_of(output_builder=lambda x: pt.exp(x) * 2, mode=None, inputs=None, fingerprint=None):
+    x = pt.vector("x")
+    fgraph = FunctionGraph([x], [output_builder(x)], clone=True)
+    return rewrite_key(
+        fgraph,
+        inputs or [In(fgraph.inputs[0])],
+        [Out(fgraph.outputs[0])],
+        mode or numba_cache_mode(),
+        fingerprint or current_fingerprint(),
+    ).digest
+
+
+def test_key_is_stable():
+    assert key_of() == key_of()
+
+
+def test_key_changes_with_the_graph():
+    assert key_of(lambda x: pt.exp(x) * 3) != key_of()
+
+
+def test_key_changes_with_input_specs():
+    x = pt.vector("x")
+    mutable = key_of(inputs=[In(x, mutable=True)])
+    assert mutable != key_of(inputs=[In(x)])
+
+
+def test_key_changes_with_the_rewrite_query():
+    excluding = numba_cache_mode().excluding("fusion")
+    including = numba_cache_mode().including("local_remove_all_assert")
+    assert len({key_of(), key_of(mode=excluding), key_of(mode=including)}) == 3
+
+
+def test_key_changes_when_a_rewrite_is_registered():
+    from pytensor.graph.rewriting.db import EquilibriumDB
+
+    database = EquilibriumDB()
+    mode = numba_cache_mode()
+    mode.optdb = database
+
+    @node_rewriter([pt.exp])
+    def first_rewrite(fgraph, node):
+        return None
+
+    @node_rewriter([pt.exp])
+    def second_rewrite(fgraph, node):
+        return None
+
+    database.register("first_rewrite", first_rewrite, "fast_run")
+    before = key_of(mode=mode)
+    database.register("second_rewrite", second_rewrite, "fast_run")
+    assert key_of(mode=mode) != before
+
+
+def test_key_changes_with_rewrite_flags():
+    before = key_of()
+    with config.change_flags(optdb__max_use_ratio=4.0):
+        assert key_of() != before
+
+
+def test_key_changes_with_the_fingerprint():
+    fingerprint = current_fingerprint()
+    other = Fingerprint.from_components(fingerprint.components | {"pytensor": "9.9.9"})
+    assert key_of(fingerprint=other) != key_of()
+
+
+RESTORED_GRAPH = """
+import json, numpy as np, pytensor, pytensor.tensor as pt
+import numba_cache
+from numba_cache.keys.graph import describe_graph
+from numba_cache.models import radon_model
+model = radon_model()
+function = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")
+values = function(*model.point)
+print(json.dumps({
+    "graph": describe_graph(function.maker.fgraph).digest,
+    "values": [np.asarray(v).tolist() for v in values],
+    "stats": dict(numba_cache.session_stats()),
+}))
+"""
+
+
+def test_restored_graph_is_the_graph_rewriting_produces():
+    cold = run_python(RESTORED_GRAPH)
+    warm = run_python(RESTORED_GRAPH)
+    assert cold["stats"]["rewrite.miss"] == 1 and warm["stats"]["rewrite.hit"] == 1
+    assert warm["graph"] == cold["graph"]
+    assert warm["values"] == cold["values"]
+
+
+UPDATES_COPY_PICKLE = """
+import json, pickle, numpy as np, pytensor, pytensor.tensor as pt
+import numba_cache
+
+def exercise(mode):
+    counter = pytensor.shared(np.float64(0.0), name="counter")
+    x = pt.scalar("x")
+    f = pytensor.function([x], counter * x, updates={counter: counter + 1}, mode=mode)
+    calls = [float(f(2.0)) for _ in range(3)]
+    calls.append(float(f.copy()(2.0)))
+    calls.append(float(pickle.loads(pickle.dumps(f))(2.0)))
+    calls.append(float(f(2.0)))
+    return calls + [float(counter.get_value())]
+
+ours = exercise("NUMBA_CACHE")
+print(json.dumps({"ours": ours, "builtin": exercise("NUMBA"), "stats": dict(numba_cache.session_stats())}))
+"""
+
+
+@pytest.mark.parametrize("run", ["cold", "warm"])
+def test_updates_copies_and_pickles_behave_as_pytensors_numba_mode(run, private_store):
+    if run == "warm":
+        run_python(UPDATES_COPY_PICKLE)
+    result = run_python(UPDATES_COPY_PICKLE)
+    assert result["ours"] == result["builtin"]
+    assert result["ours"][:3] == [0.0, 2.0, 4.0]
+    assert result["stats"]["rewrite.hit" if run == "warm" else "rewrite.miss"] >= 1
+
+
+REWRITES_DIGEST_AROUND_DISPATCH_IMPORT = """
+import json
+from pytensor.compile.mode import optdb
+from numba_cache.keys.rewrites import registered_rewrites_digest
+before = registered_rewrites_digest(optdb)
+import pytensor.link.numba.dispatch  # what a miss imports, and a warm process does not
+print(json.dumps({"before": before, "after": registered_rewrites_digest(optdb)}))
+"""
+
+
+def test_rewrites_digest_does_not_depend_on_whether_ops_were_converted():
+    result = run_python(REWRITES_DIGEST_AROUND_DISPATCH_IMPORT)
+    assert result["before"] == result["after"]
