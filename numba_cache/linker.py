@@ -31,13 +31,17 @@ class NumbaCacheLinker(JITLinker):
         from numba_cache.rewrite_cache import GRAPH_KEY_ATTRIBUTE
 
         key = getattr(fgraph, GRAPH_KEY_ATTRIBUTE, None)
-        return graph_kernel(fgraph, current_context(), storage_map, key=key)
-
-    def jit_compile(self, kernel):
+        kernel = graph_kernel(fgraph, current_context(), storage_map, key=key)
+        self._hidden_cells = [[value] for value in kernel.hidden_values]
         return kernel
 
+    def jit_compile(self, kernel):
+        return kernel.dispatcher
+
     def create_thunk_inputs(self, storage_map):
-        return [storage_map[variable] for variable in self.fgraph.inputs]
+        # Large constants travel as trailing arguments (numba_cache.keys.constants).
+        inputs = [storage_map[variable] for variable in self.fgraph.inputs]
+        return inputs + self._hidden_cells
 
 
 class NumbaCacheMode(Mode):

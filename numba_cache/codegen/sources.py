@@ -14,7 +14,7 @@ from textwrap import indent
 from pytensor.graph.basic import Constant
 
 #: Bump when the shape of generated code changes; it is part of every key.
-CODEGEN_VERSION = 1
+CODEGEN_VERSION = 2
 
 _IDENTIFIER_UNSAFE = re.compile(r"\W+")
 
@@ -36,22 +36,29 @@ class GraphSource:
     """Generated source of a graph function and the globals it expects.
 
     `kernels` maps global names to apply nodes (each needs an op kernel);
-    `constants` maps global names to constant variables.
+    `constants` maps global names to constants frozen into the kernel;
+    `hidden` lists the constants passed as trailing arguments ``h0, h1, ...``.
     """
 
     function_name: str
     source: str
     kernels: dict = field(default_factory=dict)
     constants: dict = field(default_factory=dict)
+    hidden: list = field(default_factory=list)
 
 
-def graph_source(fgraph, function_name: str) -> GraphSource:
-    """Generate the Python function that evaluates `fgraph` node by node."""
+def graph_source(fgraph, function_name: str, hidden: list = ()) -> GraphSource:
+    """Generate the Python function that evaluates `fgraph` node by node.
+
+    The `hidden` constants become trailing parameters, in that order.
+    """
     names: dict = {}
     constants: dict = {}
     kernels: dict = {}
     for position, variable in enumerate(fgraph.inputs):
         names[variable] = f"i{position}"
+    for position, constant in enumerate(hidden):
+        names[constant] = f"h{position}"
 
     def name_of(variable):
         if variable not in names:
@@ -78,7 +85,8 @@ def graph_source(fgraph, function_name: str) -> GraphSource:
         lines.append(f"return ({returned[0]},)")
     else:
         lines.append(f"return ({', '.join(returned)})" if returned else "return None")
-    arguments = ", ".join(names[variable] for variable in fgraph.inputs)
+    parameters = [names[variable] for variable in fgraph.inputs]
+    parameters += [names[constant] for constant in hidden]
     body = indent("\n".join(lines), "    ")
-    source = f"def {function_name}({arguments}):\n{body}\n"
-    return GraphSource(function_name, source, kernels, constants)
+    source = f"def {function_name}({', '.join(parameters)}):\n{body}\n"
+    return GraphSource(function_name, source, kernels, constants, list(hidden))

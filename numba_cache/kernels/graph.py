@@ -8,9 +8,12 @@ the generated function's globals, right before numba compiles.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import graph_source
 from numba_cache.keys.canonical import UnkeyableValue
+from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
 from numba_cache.keys.kernels import graph_kernel_key
 from numba_cache.kernels.cache import KernelCache
@@ -19,8 +22,16 @@ from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 
 
-def graph_kernel(fgraph, context, storage_map: dict | None = None, key=None):
-    """A numba dispatcher evaluating `fgraph`, loaded from the store when possible.
+@dataclass(frozen=True)
+class GraphKernel:
+    """A graph's numba dispatcher, and the values of its trailing hidden arguments."""
+
+    dispatcher: object
+    hidden_values: list
+
+
+def graph_kernel(fgraph, context, storage_map: dict | None = None, key=None) -> GraphKernel:
+    """The kernel evaluating `fgraph`, loaded from the store when possible.
 
     `key` is the graph's key when already known (a rewritten graph from the cache).
     """
@@ -33,7 +44,8 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, key=None):
         except UnkeyableValue as exc:
             key, verdict = unkeyed("graph", graph_summary(fgraph), exc)
     name = f"graph_{key.short}"
-    generated = graph_source(fgraph, name)
+    hidden = hidden_constants(fgraph)
+    generated = graph_source(fgraph, name, hidden)
     function = compile_function(generated.source, name, source_label(context, key, verdict))
     storage_map = {} if storage_map is None else storage_map
 
@@ -57,6 +69,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, key=None):
         return None
 
     cache = KernelCache(context, key, generated.source, prepare=prepare, verdict=verdict)
-    return cached_dispatcher(
+    dispatcher = cached_dispatcher(
         function, cache, called_from_python=True, fastmath=config.numba__fastmath
     )
+    return GraphKernel(dispatcher, [hidden_value(constant) for constant in hidden])

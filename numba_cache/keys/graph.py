@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pytensor.graph.basic import Constant
 
 from numba_cache.keys.canonical import canonical, digest
+from numba_cache.keys.constants import hidden_constants, hidden_description
 from numba_cache.keys.ops import describe_op, describe_type
 
 _SUMMARY_WIDTH = 60
@@ -35,11 +36,18 @@ def constant_digest(constant: Constant) -> str:
     return digest([describe_type(constant.type), canonical(constant.data)])
 
 
-def describe_graph(fgraph) -> GraphDescription:
-    """Describe `fgraph` by content (see the module docstring)."""
+def describe_graph(fgraph, hide_constants: bool = False) -> GraphDescription:
+    """Describe `fgraph` by content (see the module docstring).
+
+    With `hide_constants`, constants passed to kernels as arguments are described
+    by type and shape, not content (see :mod:`.constants`).
+    """
     references: dict = {}
     for position, variable in enumerate(fgraph.inputs):
         references[variable] = ["input", position]
+    if hide_constants:
+        for position, constant in enumerate(hidden_constants(fgraph)):
+            references[constant] = ["hidden", digest(hidden_description(constant)), position]
 
     def reference(variable):
         if variable not in references:
@@ -82,6 +90,8 @@ def _short(reference: list) -> str:
         return f"input[{rest[0]}]"
     if kind == "constant":
         return f"constant:{rest[0][:12]}"
+    if kind == "hidden":
+        return f"hidden[{rest[1]}]:{rest[0][:12]}"
     return f"node:{rest[0][:12]}[{rest[1]}]"
 
 

@@ -2,8 +2,9 @@
 
 Both are salted with the environment fingerprint and the codegen version. An op
 kernel's key also carries PyTensor's own per-op cache key (which versions the
-dispatch implementation) and the content of constant inputs, since some
-conversions specialise on them.
+dispatch implementation) and the content of small constant inputs. Large array
+constants are kernel arguments and enter both keys by type and shape only (see
+:mod:`.constants`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from pytensor.graph.basic import Constant
 
 from numba_cache.codegen.sources import CODEGEN_VERSION
 from numba_cache.keys.canonical import digest, qualified_name
+from numba_cache.keys.constants import hidden_description, is_hidden
 from numba_cache.keys.graph import constant_digest, describe_graph, graph_summary
 from numba_cache.keys.key import Key
 from numba_cache.keys.ops import describe_op, describe_type
 
 
 def graph_kernel_key(fgraph, fingerprint) -> Key:
-    description = describe_graph(fgraph)
+    description = describe_graph(fgraph, hide_constants=True)
     return Key.from_components(
         "graph",
         graph_summary(fgraph),
@@ -46,7 +48,9 @@ def op_kernel_key(node, pytensor_key: str, fingerprint) -> Key:
             "pytensor_key": pytensor_key,
             "inputs": [describe_type(variable.type) for variable in node.inputs],
             "constant_inputs": {
-                str(position): constant_digest(variable)
+                str(position): (
+                    hidden_description(variable) if is_hidden(variable) else constant_digest(variable)
+                )
                 for position, variable in enumerate(node.inputs)
                 if isinstance(variable, Constant)
             },

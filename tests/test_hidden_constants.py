@@ -1,0 +1,92 @@
+"""Large constants are kernel arguments: new data of the same shape reuses the kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.graph.fg import FunctionGraph
+
+from helpers import run_python
+from numba_cache.keys import current_fingerprint
+from numba_cache.keys.graph import describe_graph
+from numba_cache.keys.kernels import graph_kernel_key
+
+NEW_DATA = """
+import json, os
+import numpy as np, pytensor
+import numba_cache
+from numba_cache.compile_events import count_numba_compiles
+from numba_cache.models import radon_model
+model = radon_model(seed=int(os.environ["SEED"]))
+reference = pytensor.function(model.inputs, model.outputs, mode="NUMBA")(*model.point)
+with count_numba_compiles() as compiles:
+    values = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")(*model.point)
+print(json.dumps({"compiles": len(compiles), "stats": dict(numba_cache.session_stats()),
+                  "equal": all(np.array_equal(a, b) for a, b in zip(values, reference))}))
+"""
+
+
+def test_same_model_with_new_data_is_a_kernel_hit_with_the_new_results(tmp_path):
+    env = {"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'pytensor'}"}
+    first = run_python(NEW_DATA, env | {"SEED": "0"})
+    other = run_python(NEW_DATA, env | {"SEED": "1"})
+    assert first["equal"] and other["equal"]
+    # Rewriting sees the new values (a new pre-rewrite key), the kernel is reused.
+    assert other["stats"] == {"rewrite.miss": 1, "graph.hit": 1}
+    assert other["compiles"] == 0
+
+
+def kernel_key(outputs, inputs):
+    return graph_kernel_key(FunctionGraph(inputs, outputs, clone=True), current_fingerprint()).digest
+
+
+def test_kernel_key_ignores_the_content_of_large_constants_but_not_their_shape():
+    x = pt.vector("x")
+    data = np.arange(100.0)
+    base = kernel_key([x.sum() + pt.as_tensor(data)], [x])
+    assert kernel_key([x.sum() + pt.as_tensor(data * 2)], [x]) == base
+    assert kernel_key([x.sum() + pt.as_tensor(np.arange(101.0))], [x]) != base
+    assert kernel_key([x.sum() + pt.as_tensor(data.astype("float32"))], [x]) != base
+
+
+def test_content_key_still_sees_large_constants():
+    x = pt.vector("x")
+
+    def content(data):
+        return describe_graph(FunctionGraph([x], [x.sum() + pt.as_tensor(data)], clone=True)).digest
+
+    assert content(np.arange(100.0)) != content(np.arange(100.0) * 2)
+
+
+def test_kernel_key_records_which_uses_share_an_argument():
+    x = pt.vector("x")
+    d1, d2 = pt.as_tensor(np.arange(100.0)), pt.as_tensor(np.arange(100.0) + 1)
+    shared = kernel_key([x.sum() + d1, x.sum() * d1, x.sum() - d2], [x])
+    separate = kernel_key([x.sum() + d1, x.sum() * d2, x.sum() - d2], [x])
+    assert shared != separate
+
+
+SWAPPED = """
+import json, os
+import numpy as np, pytensor, pytensor.tensor as pt
+import numba_cache
+x = pt.scalar("x")
+d1, d2 = np.arange(100.0), np.arange(100.0) * 10 + 1
+first, second = (d1, d2) if os.environ["ORDER"] == "12" else (d2, d1)
+# Built in another order too, so toposorts differ between the two processes.
+if os.environ["ORDER"] == "12":
+    a = x + pt.as_tensor(first); b = x * pt.as_tensor(second)
+else:
+    b = x * pt.as_tensor(second); a = x + pt.as_tensor(first)
+values = pytensor.function([x], [a, b, a - b], mode="NUMBA_CACHE")(2.0)
+expected = [2.0 + first, 2.0 * second, (2.0 + first) - 2.0 * second]
+print(json.dumps({"equal": all(np.array_equal(v, e) for v, e in zip(values, expected)),
+                  "stats": dict(numba_cache.session_stats())}))
+"""
+
+
+def test_hidden_arguments_follow_the_graph_structure_not_creation_order():
+    cold = run_python(SWAPPED, {"ORDER": "12"})
+    swapped = run_python(SWAPPED, {"ORDER": "21"})
+    assert cold["equal"] and swapped["equal"]
+    assert swapped["stats"]["graph.hit"] == 1
