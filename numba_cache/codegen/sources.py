@@ -77,7 +77,8 @@ def graph_source(fgraph, function_name: str, hidden: list = ()) -> GraphSource:
             outputs.append(names[output])
         kernel = f"k{index}"
         kernels[kernel] = node
-        lines.append(indent(str(node), "# "))
+        # The op only: printing the node would print its constants, slowly.
+        lines.append(indent(str(node.op), "# "))
         lines.append(f"{', '.join(outputs)} = {kernel}({arguments})")
 
     returned = [name_of(variable) for variable in fgraph.outputs]
