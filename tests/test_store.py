@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from numba_cache import settings
-from numba_cache.store import Entry, Store, StoreWarning, record
+from numba_cache.store import CorruptEntry, Entry, Store, StoreWarning, record
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -440,6 +440,20 @@ def test_eviction_removes_the_least_recently_used_first(tmp_path):
     assert store.stats()["counters"]["eviction"] == 2
 
 
+def test_eviction_of_entries_unused_since_a_time_and_its_dry_run(tmp_path):
+    store = open_store(tmp_path)
+    a, b, c = (save(store, name) for name in "abc")
+    time.sleep(0.01)
+    cutoff = time.time()
+    store.load(FINGERPRINT, a.key)  # used after the cutoff: it stays
+    before = snapshot(tmp_path)
+    planned = store.evict_to(None, last_used_before=cutoff, dry_run=True)
+    assert planned == [(FINGERPRINT, b.key), (FINGERPRINT, c.key)]
+    assert snapshot(tmp_path) == before  # a dry run deletes nothing
+    assert store.evict_to(None, last_used_before=cutoff) == planned
+    assert keys_of(store.entries()) == [a.key]
+
+
 def test_saves_keep_the_store_within_its_maximum_size(tmp_path):
     entry_size = len(record.encode(make_entry("entry0"))) + len(source_of("entry0"))
     max_size = 3 * entry_size + entry_size // 2
@@ -554,6 +568,36 @@ def test_the_readonly_setting_serves_hits_and_writes_nothing(tmp_path):
     messages = store_warnings(caught)
     assert len([message for message in messages if "read-only" in message]) == 1
     assert len(messages) == 2  # the read-only notice and the corrupt entry
+
+
+def test_read_neither_records_a_use_nor_repairs_nor_warns(tmp_path):
+    store = open_store(tmp_path)
+    a, b = save(store, "a"), save(store, "b")
+    flip_a_blob_byte(record_path(tmp_path, b), record_path(tmp_path, a))
+    before = snapshot(tmp_path)
+    with caught_warnings() as caught:
+        assert store.read(FINGERPRINT, a.key).blobs == a.blobs
+        with pytest.raises(CorruptEntry):
+            store.read(FINGERPRINT, b.key)
+        assert store.read(FINGERPRINT, digest("absent")) is None
+    assert store_warnings(caught) == []
+    assert snapshot(tmp_path) == before
+    assert {entry.key: entry.hits for entry in store.entries()} == {a.key: 0, b.key: 0}
+
+
+def test_fingerprint_components_are_kept_once_and_not_by_a_readonly_store(tmp_path):
+    readonly = open_store(tmp_path, readonly=True)
+    readonly.record_fingerprint(FINGERPRINT, {"numba": "0.68.0"})
+    assert readonly.fingerprint_components(FINGERPRINT) is None
+    assert not (tmp_path / FINGERPRINT).exists()
+    store = open_store(tmp_path)
+    store.record_fingerprint(FINGERPRINT, {"numba": "0.68.0"})
+    store.record_fingerprint(FINGERPRINT, {"numba": "something else"})  # written once only
+    assert store.fingerprint_components(FINGERPRINT) == {"numba": "0.68.0"}
+    assert store.fingerprint_components(OTHER_FINGERPRINT) is None
+    assert store.verify() == []  # neither an entry nor an orphan
+    (tmp_path / FINGERPRINT / "fingerprint.json").write_text("{not JSON")
+    assert store.fingerprint_components(FINGERPRINT) is None
 
 
 def use_unwritable_store(root: Path) -> dict:

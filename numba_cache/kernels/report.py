@@ -1,20 +1,42 @@
-"""What happened to each kernel lookup: session counters, persistent counters, warnings.
+"""What happened to each kernel lookup: counters, the debug log, observers, warnings.
 
 Counter names: ``graph.hit``, ``op.miss``, ``uncacheable:<reason>``, ``corrupt``...
 The session counters (this process) are what tests and the demo read; the store
-keeps the same counters across processes for ``numba-cache stats``.
+keeps the same counters across processes for ``numba-cache stats``. Each lookup
+is also logged at debug level (see :mod:`numba_cache.logs`) and handed to the
+observers registered with :func:`observe_lookups` (``numba-cache explain``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
 from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-logger = logging.getLogger("numba_cache")
+from numba_cache.components import summarize
+from numba_cache.logs import logger
+
+if TYPE_CHECKING:
+    from numba_cache.keys import Fingerprint, Key
 
 _session: Counter = Counter()
 _warned: set = set()
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """One lookup of a kernel key: `decision` is ``hit``, ``miss`` or ``uncacheable (<reason>)``."""
+
+    key: Key
+    decision: str
+    fingerprint: Fingerprint
+
+
+_observers: list[Callable[[Lookup], None]] = []
 
 
 class UncacheableKernelWarning(UserWarning):
@@ -36,8 +58,31 @@ def record(context, name: str) -> None:
 
 
 def lookup(context, key, decision: str) -> None:
-    """Log one lookup decision (``hit``, ``miss``, ``uncacheable``) at debug level."""
-    logger.debug("%s %s %s: %s", key.kind, decision, key.short, key.summary)
+    """Report one lookup decision (``hit``, ``miss``, ``uncacheable (<reason>)``).
+
+    It goes to the observers, and to the debug log with the key's components.
+    """
+    if _observers:
+        observed = Lookup(key, decision, context.fingerprint)
+        for observer in _observers:
+            observer(observed)
+    # Summarising the components is not free: only when debug records are shown.
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
+            "%s %s %s: %s [%s]", key.kind, decision, key.short, key.summary,
+            summarize(key.components),
+        )
+
+
+@contextlib.contextmanager
+def observe_lookups() -> Iterator[list[Lookup]]:
+    """Collect the lookups this process makes during the block, in order."""
+    observed: list[Lookup] = []
+    _observers.append(observed.append)
+    try:
+        yield observed
+    finally:
+        _observers.remove(observed.append)
 
 
 def uncacheable(context, key, verdict) -> None:

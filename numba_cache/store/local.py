@@ -5,6 +5,7 @@ Layout under the root::
     tmp/<name>.<pid>.<random>.tmp                  in-flight writes
     <fingerprint>/<key[:2]>/<key>.nbk              the record (authoritative)
     <fingerprint>/<key[:2]>/<key>.py               a readable copy of the source
+    <fingerprint>/fingerprint.json                 the fingerprint's components
 
 A write goes to a temp file in ``tmp/``, is fsync'ed, then renamed over its
 target, so a crash at any point leaves the old file or the complete new one.
@@ -82,6 +83,12 @@ class LocalBackend:
         if source is not None:
             self._write_atomically(self.source_path(fingerprint, key), source.encode())
         self._write_atomically(self.record_path(fingerprint, key), record)
+
+    def put_file(self, path: Path, data: bytes) -> None:
+        """Write `data` to `path`, a file under the root beside the entries, atomically."""
+        make_private_dirs(self.root)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._write_atomically(path, data)
 
     def remove(self, fingerprint: str, key: str) -> None:
         # Record first: a source copy without its record is a harmless orphan,

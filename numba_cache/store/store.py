@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -23,6 +24,8 @@ from .verify import Problem, verify
 
 INDEX_NAME = "index.sqlite3"
 EVICTION_LOCK_NAME = "evict.lock"
+#: The components of a fingerprint, kept in its directory (see ``record_fingerprint``).
+FINGERPRINT_NAME = "fingerprint.json"
 #: A full store is evicted down to this fraction of its maximum size, so that
 #: the following saves do not each pay for an eviction pass.
 EVICTION_TARGET = 0.9
@@ -71,6 +74,21 @@ class Store:
         entry.size = len(data) + len(entry.blobs.get("source", b""))
         if not self.readonly:
             self._index.record_hit(entry, entry.size, time.time())
+        return entry
+
+    def read(self, fingerprint: str, key: str) -> Entry | None:
+        """The entry with its blobs as stored, or None if there is none; for inspection.
+
+        Unlike :meth:`load`, it neither records a use nor counts, repairs or warns:
+        an unreadable record raises :class:`CorruptEntry` (or OSError) for the
+        caller to report. ``size`` is filled as in a listing.
+        """
+        check_address(fingerprint, key)
+        data = self._backend.get(fingerprint, key)
+        if data is None:
+            return None
+        entry = record.decode(data, fingerprint, key)
+        entry.size = len(data) + len(self._backend.read_source(fingerprint, key) or b"")
         return entry
 
     def save(self, entry: Entry, source: str | None = None) -> bool:
@@ -228,16 +246,28 @@ class Store:
         if self._may_write():
             self._index.zero_counters()
 
-    def evict_to(self, max_bytes: int, timeout: float | None = None) -> list[tuple[str, str]]:
+    def evict_to(
+        self,
+        max_bytes: int | None,
+        timeout: float | None = None,
+        *,
+        last_used_before: float | None = None,
+        dry_run: bool = False,
+    ) -> list[tuple[str, str]]:
         """Delete least recently used entries until the store holds at most `max_bytes`.
 
-        Runs under the store's eviction lock, waiting for it up to `timeout` seconds
-        (default ``settings.lock_timeout``; 0 gives up at once if another process is
-        evicting). Entries whose lock is held are skipped: they are being compiled or
-        written. A reader is never broken, since it reads an entry in one open.
-        Also removes temp files of dead writers. Returns the evicted
-        ``(fingerprint, key)`` pairs.
+        With `last_used_before` (a time), entries last used before it go too; either
+        limit may be None. Runs under the store's eviction lock, waiting for it up to
+        `timeout` seconds (default ``settings.lock_timeout``; 0 gives up at once if
+        another process is evicting). Entries whose lock is held are skipped: they
+        are being compiled or written. A reader is never broken, since it reads an
+        entry in one open. Also removes temp files of dead writers. Returns the
+        evicted ``(fingerprint, key)`` pairs, least recently used first. With
+        `dry_run`, deletes nothing (and takes no lock): returns what would go.
         """
+        if dry_run:
+            planned = _eviction(self.entries(), max_bytes, last_used_before, lambda entry: True)
+            return [(entry.fingerprint, entry.key) for entry in planned]
         if self.settings.disabled or not self._may_write():
             return []
         if timeout is None:
@@ -249,16 +279,16 @@ class Store:
         if store_lock is None:
             return []
         evicted: list[tuple[str, str]] = []
+
+        def remove(entry: Entry) -> bool:
+            if not self._remove_unless_locked(entry.fingerprint, entry.key):
+                return False
+            evicted.append((entry.fingerprint, entry.key))
+            return True
+
         try:
             self._backend.clean_temp()
-            listing = self.entries()
-            total = sum(entry.size for entry in listing)
-            for entry in listing:
-                if total <= max_bytes:
-                    break
-                if self._remove_unless_locked(entry.fingerprint, entry.key):
-                    total -= entry.size
-                    evicted.append((entry.fingerprint, entry.key))
+            _eviction(self.entries(), max_bytes, last_used_before, remove)
         except OSError as error:
             warn_once(("evict", str(self.root)), f"numba_cache: eviction in {self.root}: {error}")
         finally:
@@ -274,6 +304,34 @@ class Store:
         With `repair` (ignored when read-only), fix what was found.
         """
         return verify(self._backend, self._index, repair=repair and self._may_write())
+
+    def record_fingerprint(self, fingerprint: str, components: dict) -> None:
+        """Keep the named components of `fingerprint` beside its entries, once.
+
+        Entries only carry the fingerprint's digest; this file is what lets a miss
+        be explained as "numba 0.68.0 became 0.69.0". Written atomically the first
+        time only; does nothing on a disabled or read-only store. It is a
+        description, not needed to load anything, so a failure is silent.
+        """
+        check_name("fingerprint", fingerprint)
+        if self.settings.disabled or self.readonly:
+            return
+        path = self._fingerprint_path(fingerprint)
+        if path.exists():
+            return
+        text = json.dumps({"fingerprint": fingerprint, "components": components}, sort_keys=True)
+        with contextlib.suppress(OSError):
+            self._backend.put_file(path, text.encode())
+
+    def fingerprint_components(self, fingerprint: str) -> dict | None:
+        """The components kept by :meth:`record_fingerprint`, or None if unknown or unreadable."""
+        check_name("fingerprint", fingerprint)
+        try:
+            recorded = json.loads(self._fingerprint_path(fingerprint).read_bytes())
+        except (OSError, ValueError):
+            return None
+        components = recorded.get("components") if isinstance(recorded, dict) else None
+        return components if isinstance(components, dict) else None
 
     def source_path(self, fingerprint: str, key: str) -> Path:
         """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""
@@ -341,6 +399,9 @@ class Store:
             return None
         return lock
 
+    def _fingerprint_path(self, fingerprint: str) -> Path:
+        return self.root / fingerprint / FINGERPRINT_NAME
+
     def _lock_path(self, fingerprint: str, key: str) -> Path:
         return self.root / fingerprint / "locks" / f"{key}.lock"
 
@@ -356,6 +417,30 @@ class Store:
                 continue
             entry.blobs, entry.size, entry.last_used = {}, size, mtime
             yield entry
+
+
+def _eviction(
+    listing: list[Entry],
+    max_bytes: int | None,
+    last_used_before: float | None,
+    remove: Callable[[Entry], bool],
+) -> list[Entry]:
+    """Offer `remove` the entries of `listing` (least recently used first) that must go.
+
+    Those last used before `last_used_before` go, then more until the rest fit in
+    `max_bytes`. An entry `remove` refuses (True means removed) still counts toward
+    the size. Returns the removed entries.
+    """
+    total = sum(entry.size for entry in listing)
+    removed = []
+    for entry in listing:
+        unused = last_used_before is not None and entry.last_used < last_used_before
+        if not unused and (max_bytes is None or total <= max_bytes):
+            break  # the listing is in LRU order: every later entry stays too
+        if remove(entry):
+            total -= entry.size
+            removed.append(entry)
+    return removed
 
 
 def _file_lock(path: Path) -> FileLock:

@@ -1,0 +1,81 @@
+"""Human forms of sizes, times and tables, and the parsing of ages."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+
+_SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", re.IGNORECASE)
+
+
+def human_size(size: int) -> str:
+    """``512 B``, ``56.8 KiB``, ``2.0 GiB``: powers of 1024."""
+    value = float(size)
+    for unit in _SIZE_UNITS:
+        if value < 1024 or unit == _SIZE_UNITS[-1]:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_age(moment: float, now: float | None = None) -> str:
+    """How long ago `moment` (a time.time() value) was: ``12s ago``, ``5m ago``, ``3d ago``."""
+    seconds = max(0.0, (time.time() if now is None else now) - moment)
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= length:
+            return f"{seconds // length:.0f}{unit} ago"
+    return f"{seconds:.0f}s ago"
+
+
+def human_time(moment: float) -> str:
+    """A local date and time, and how long ago it was."""
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(moment))} ({human_age(moment)})"
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age such as ``30s``, ``30m``, ``12h``, ``7d``, ``2w`` or ``1.5h``.
+
+    Raises ValueError with a message fit for the user.
+    """
+    match = _AGE.fullmatch(text)
+    if not match:
+        raise ValueError(
+            f"cannot read {text!r} as an age; use a number and a unit s, m, h, d or w "
+            "(seconds, minutes, hours, days, weeks), for example 7d or 12h"
+        )
+    number, unit = match.groups()
+    return float(number) * _AGE_UNITS[unit.lower()]
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[str] = ()) -> str:
+    """Rows aligned in columns under `headers`; the columns named in `right` align right.
+
+    The last column is not padded, so that a long summary does not widen the table.
+    """
+    widths = [max(len(str(row[n])) for row in [headers, *rows]) for n in range(len(headers))]
+    lines = []
+    for row in [headers, *rows]:
+        cells = []
+        for n, (header, cell) in enumerate(zip(headers, row)):
+            if n == len(headers) - 1:
+                cells.append(str(cell))
+            elif header in right:
+                cells.append(str(cell).rjust(widths[n]))
+            else:
+                cells.append(str(cell).ljust(widths[n]))
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 entry``, ``2 entries``, ``0 hits``."""
+    if count == 1:
+        return f"{count} {noun}"
+    if noun.endswith("y") and not noun.endswith(("ay", "ey", "oy", "uy")):
+        return f"{count} {noun[:-1]}ies"
+    if noun.endswith(("s", "sh", "ch", "x")):
+        return f"{count} {noun}es"
+    return f"{count} {noun}s"

@@ -1,0 +1,161 @@
+"""``clear``, ``prune`` and ``verify``: deleting entries, bounding the store, checking it."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from numba_cache import settings as settings_module
+from numba_cache.cli.access import CliError, confirm, find_fingerprint, open_store
+from numba_cache.cli.entries import entry_json
+from numba_cache.cli.formatting import human_age, human_size, parse_age, plural, table
+from numba_cache.components import DIGEST_DIGITS
+from numba_cache.keys import current_fingerprint
+
+
+def register(commands, common) -> None:
+    clear = commands.add_parser(
+        "clear", parents=[common], help="delete every entry, or those of some fingerprints",
+        description="Delete every entry, or those of one fingerprint, or those of every "
+        "fingerprint but this environment's. Asks first, unless --yes. Counters stay "
+        "(stats --zero resets them).",
+    )
+    which = clear.add_mutually_exclusive_group()
+    which.add_argument("--fingerprint", metavar="PREFIX", help="only the entries of this fingerprint")
+    which.add_argument("--stale", action="store_true",
+                       help="only the entries of fingerprints other than this environment's")
+    clear.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    clear.set_defaults(handler=command_clear)
+
+    prune = commands.add_parser(
+        "prune", parents=[common], help="evict least recently used entries",
+        description="Evict least recently used entries: those unused for longer than "
+        "--older-than, then more until the store fits in --max-size.",
+    )
+    prune.add_argument("--max-size", metavar="SIZE",
+                       help="the size to fit in: 500M, 2G (powers of 1024)")
+    prune.add_argument("--older-than", metavar="AGE",
+                       help="evict entries unused for longer than this: 30m, 12h, 7d")
+    prune.add_argument("--dry-run", action="store_true", help="only show what would be evicted")
+    prune.set_defaults(handler=command_prune)
+
+    verify = commands.add_parser(
+        "verify", parents=[common], help="check every entry; exit status 1 if anything is wrong",
+        description="Check the checksums and metadata of every entry, source copies, "
+        "temporary files and the index. Exit status 0: clean, 1: problems found.",
+    )
+    verify.add_argument("--repair", action="store_true",
+                        help="remove broken entries, orphaned files and stale temporary files")
+    verify.set_defaults(handler=command_verify)
+
+
+def command_clear(args) -> int:
+    store = open_store(write=True)
+    entries = store.entries()
+    if args.fingerprint is not None:
+        fingerprints = [find_fingerprint(store, args.fingerprint)]
+        scope = f"of fingerprint {fingerprints[0][:DIGEST_DIGITS]}"
+    elif args.stale:
+        current = current_fingerprint().digest
+        fingerprints = sorted({entry.fingerprint for entry in entries} - {current})
+        scope = f"of fingerprints other than this environment's ({current[:DIGEST_DIGITS]})"
+    else:
+        fingerprints = None
+        scope = f"in {store.root}"
+    chosen = [entry for entry in entries if fingerprints is None or entry.fingerprint in fingerprints]
+    size = sum(entry.size for entry in chosen)
+    if not chosen:
+        print(json.dumps({"deleted": 0, "bytes": 0}) if args.json else f"no entries {scope}")
+        return 0
+    if not args.yes and not confirm(f"Delete {plural(len(chosen), 'entry')} ({human_size(size)}) {scope}?"):
+        print("nothing deleted")
+        return 1
+    if fingerprints is None:
+        store.clear()
+    else:
+        for fingerprint in fingerprints:
+            store.clear(fingerprint)
+    left = {(entry.fingerprint, entry.key) for entry in store.entries()}
+    deleted = [entry for entry in chosen if (entry.fingerprint, entry.key) not in left]
+    deleted_bytes = sum(entry.size for entry in deleted)
+    if args.json:
+        print(json.dumps({"deleted": len(deleted), "bytes": deleted_bytes}))
+    elif len(deleted) == len(chosen):
+        print(f"deleted {plural(len(deleted), 'entry')} ({human_size(deleted_bytes)}) {scope}")
+    else:
+        print(f"deleted {len(deleted)} of {plural(len(chosen), 'entry')} {scope}")
+    return 0 if len(deleted) == len(chosen) else 1
+
+
+def command_prune(args) -> int:
+    if args.max_size is None and args.older_than is None:
+        raise CliError("prune needs --max-size, --older-than or both")
+    max_size = None if args.max_size is None else settings_module.parse_size(args.max_size, "--max-size")
+    try:
+        age = None if args.older_than is None else parse_age(args.older_than)
+    except ValueError as error:
+        raise CliError(f"--older-than: {error}") from None
+    store = open_store(write=not args.dry_run)
+    listing = {(entry.fingerprint, entry.key): entry for entry in store.entries()}
+    cutoff = None if age is None else time.time() - age
+    evicted = store.evict_to(max_size, last_used_before=cutoff, dry_run=args.dry_run)
+    gone = [listing[address] for address in evicted if address in listing]
+    gone_bytes = sum(entry.size for entry in gone)
+    remaining = len(listing) - len(gone)
+    remaining_bytes = sum(entry.size for entry in listing.values()) - gone_bytes
+    if args.json:
+        print(json.dumps({
+            "dry_run": args.dry_run,
+            "evicted": [entry_json(entry) for entry in gone],
+            "evicted_bytes": gone_bytes,
+            "remaining_entries": remaining,
+            "remaining_bytes": remaining_bytes,
+        }, indent=2))
+        return 0
+    if gone:
+        now = time.time()
+        rows = [
+            (entry.key[:DIGEST_DIGITS], entry.kind, human_size(entry.size),
+             human_age(entry.last_used, now), entry.summary)
+            for entry in gone
+        ]
+        print(table(("KEY", "KIND", "SIZE", "LAST USED", "SUMMARY"), rows, right=("SIZE", "LAST USED")))
+    verb = "would evict" if args.dry_run else "evicted"
+    print(
+        f"{verb} {plural(len(gone), 'entry')} ({human_size(gone_bytes)}); "
+        f"{plural(remaining, 'entry')} ({human_size(remaining_bytes)}) "
+        f"{'would remain' if args.dry_run else 'remain'}"
+    )
+    return 0
+
+
+def command_verify(args) -> int:
+    store = open_store(write=args.repair)
+    checked = len(store.entries())
+    problems = store.verify(repair=args.repair)
+    if args.json:
+        print(json.dumps({
+            "problems": [
+                {
+                    "problem": problem.problem,
+                    "fingerprint": problem.fingerprint,
+                    "key": problem.key,
+                    "path": None if problem.path is None else str(problem.path),
+                }
+                for problem in problems
+            ],
+            "repaired": args.repair,
+        }, indent=2))
+        return 1 if problems else 0
+    if not problems:
+        print(f"no problems in {store.root} ({plural(checked, 'entry')} checked)")
+        return 0
+    rows = [
+        (problem.key[:DIGEST_DIGITS] if problem.key else str(problem.path), problem.problem)
+        for problem in problems
+    ]
+    print(table(("ENTRY OR FILE", "PROBLEM"), rows))
+    advice = "repaired" if args.repair else "run numba-cache verify --repair to repair"
+    print(f"{plural(len(problems), 'problem')}; {advice}")
+    return 1
+
