@@ -11,8 +11,6 @@ from numba_cache.keys import Fingerprint, current_fingerprint
 from numba_cache.kernels.serialize import self_test
 from numba_cache.store import Store, StoreWarning
 
-_SELF_TEST_MARKER = "selftest.ok"
-
 
 @dataclass(frozen=True)
 class CacheContext:
@@ -35,7 +33,7 @@ def current_context() -> CacheContext:
 @functools.lru_cache(maxsize=16)
 def _context(settings, fingerprint_digest, fingerprint) -> CacheContext:
     store = _store(settings)
-    enabled = not settings.disabled and _self_test_passed(store, fingerprint_digest)
+    enabled = not settings.disabled and _self_test_passed(store, fingerprint)
     return CacheContext(settings, store, fingerprint, enabled)
 
 
@@ -44,13 +42,14 @@ def _store(settings) -> Store:
     return Store(settings)
 
 
-def _self_test_passed(store: Store, fingerprint_digest: str) -> bool:
+def _self_test_passed(store: Store, fingerprint: Fingerprint) -> bool:
     """Round-trip a tiny kernel once per fingerprint and store root.
 
-    Success is remembered by a marker file, so warm processes pay nothing.
+    Success is remembered by recording the fingerprint's components beside its
+    entries (which is also what lets ``numba-cache explain`` name a changed
+    component), so warm processes pay one small read.
     """
-    marker = store.root / fingerprint_digest / _SELF_TEST_MARKER
-    if marker.exists():
+    if store.fingerprint_components(fingerprint.digest) is not None:
         return True
     try:
         self_test()
@@ -63,9 +62,5 @@ def _self_test_passed(store: Store, fingerprint_digest: str) -> bool:
             stacklevel=3,
         )
         return False
-    try:
-        marker.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        marker.touch()
-    except OSError:
-        pass  # a read-only store still works; the test just runs again next time
+    store.record_fingerprint(fingerprint.digest, fingerprint.components)
     return True

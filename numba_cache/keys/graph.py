@@ -97,7 +97,9 @@ def _short(reference: list) -> str:
 
 def graph_summary(fgraph) -> str:
     """A short human description such as ``"graph: 42 nodes, 3 inputs, 2 outputs"``."""
-    return (
-        f"graph: {len(fgraph.apply_nodes)} nodes, {len(fgraph.inputs)} inputs, "
-        f"{len(fgraph.outputs)} outputs"
+    counts = (
+        (len(fgraph.apply_nodes), "node"),
+        (len(fgraph.inputs), "input"),
+        (len(fgraph.outputs), "output"),
     )
+    return "graph: " + ", ".join(f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts)
