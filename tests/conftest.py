@@ -16,3 +16,17 @@ def private_store(tmp_path, monkeypatch):
         monkeypatch.delenv(variable, raising=False)
     yield root
     settings.configure(**{name: None for name in settings.ENVIRONMENT})
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("numba_cache stress")
+    group.addoption("--stress-processes", type=int, default=4,
+                    help="worker processes of the stress test (default 4)")
+    group.addoption("--stress-compiles", type=int, default=12,
+                    help="compiles per worker process of the stress test (default 12)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "stress: many processes and injected faults against one store; run by default"
+    )

@@ -156,7 +156,7 @@ def test_round_trip_keeps_blobs_and_metadata_and_writes_the_source_copy(tmp_path
     assert loaded.components == entry.components
     assert loaded.cacheable and loaded.reason is None and loaded.created == entry.created
     assert open_store(root).source_path(FINGERPRINT, entry.key).read_text() == source_of("a")
-    assert record_path(root, entry).read_bytes().startswith(b"NBCACHE1")
+    assert record_path(root, entry).read_bytes().startswith(record.MAGIC)
     assert os.listdir(root / "tmp") == []  # every temp file was renamed into place
     assert open_store(root).load(FINGERPRINT, digest("never saved")) is None
 

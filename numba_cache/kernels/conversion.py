@@ -27,13 +27,9 @@ from numba_cache.kernels.uncacheable import Uncacheable, registered_reason, unke
 def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
     """A cached numba dispatcher computing `node`, and its uncacheable verdict if any."""
     from pytensor import config
-    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
 
     op = node.op
-    with config.change_flags(generated_src_dir=str(generated_source_dir(context))):
-        impl, pytensor_key = numba_funcify_and_cache_key(
-            op, node=node, storage_map=storage_map, ofg_memo=ofg_memo
-        )
+    impl, pytensor_key = _funcify(node, context, storage_map, ofg_memo)
     verdict = registered_reason(op)
     if verdict is None and pytensor_key is None:
         verdict = Uncacheable(
@@ -55,6 +51,33 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
         function, cache, called_from_python=False, fastmath=config.numba__fastmath
     )
     return dispatcher, verdict
+
+
+def _funcify(node, context, storage_map: dict, ofg_memo: dict):
+    """PyTensor's numba implementation of `node` and its cache key.
+
+    PyTensor writes the source it generates to a file (see
+    :func:`generated_source_dir`). When that fails in the store (a full disk, an I/O
+    error), the conversion is done again with a private directory, and the store's
+    one write warning given: the cache must never make a compile fail.
+    """
+    from pytensor import config
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+
+    directory = generated_source_dir(context)
+    try:
+        with config.change_flags(generated_src_dir=str(directory)):
+            return numba_funcify_and_cache_key(
+                node.op, node=node, storage_map=storage_map, ofg_memo=ofg_memo
+            )
+    except OSError as error:
+        if directory == _private_source_dir():
+            raise
+        context.store.report_write_error(context.fingerprint.digest, error)
+    with config.change_flags(generated_src_dir=str(_private_source_dir())):
+        return numba_funcify_and_cache_key(
+            node.op, node=node, storage_map=storage_map, ofg_memo=ofg_memo
+        )
 
 
 def source_label(context, key, verdict) -> str:

@@ -22,7 +22,7 @@ class Backend(Protocol):
         """Store `record`, and `source` as a human-readable copy when given.
 
         Atomic: a reader sees the previous record or the new one, never a part.
-        Raises OSError when it cannot write.
+        Raises OSError when it cannot write the record; the copy is best effort.
         """
 
     def remove(self, fingerprint: str, key: str) -> None:

@@ -5,9 +5,11 @@ file cannot hold cheaply: last use, hits and counters. Counter bumps are UPSERTs
 so concurrent processes add up instead of overwriting each other.
 
 Every SQLite error is caught here. A corrupt index file is moved aside and
-rebuilt from the entry files; any other error (locked for longer than the busy
-timeout, read-only file, unknown schema) gives one warning per process, and the
-operation returns its empty answer so the store carries on without the index.
+rebuilt from the entry files; a write that fails because the disk is full or
+failing is handed to the store, whose other writes fail alike and which warns
+once for all; any other error (locked for longer than the busy timeout,
+read-only file, unknown schema) gives one warning per process. The operation
+then returns its empty answer, so the store carries on without the index.
 """
 
 from __future__ import annotations
@@ -60,6 +62,10 @@ _BUMP = (
 
 _TOTAL_SIZE = "SELECT COALESCE(SUM(size), 0) FROM entries"
 
+#: SQLite's primary result codes for a write the disk refused: full, failing, or
+#: no file could be created.
+_DISK_FAILURES = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN)
+
 _Result = TypeVar("_Result")
 
 # Connections a forked child inherited. Closing one in the child could checkpoint or
@@ -71,14 +77,23 @@ class Index:
     """The index file at `path`.
 
     `scan` yields the entries found on disk (with ``size`` and ``last_used``); it
-    fills a new or rebuilt index. With `readonly` the file is opened read-only, and
-    writing methods do nothing.
+    fills a new or rebuilt index. `on_disk_failure` is told of writes the disk
+    refused. With `readonly` the file is opened read-only, and writing methods do
+    nothing.
     """
 
-    def __init__(self, path: Path, *, readonly: bool, scan: Callable[[], Iterable[Entry]]):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        readonly: bool,
+        scan: Callable[[], Iterable[Entry]],
+        on_disk_failure: Callable[[Exception], None],
+    ):
         self.path = path
         self._readonly = readonly
         self._scan = scan
+        self._on_disk_failure = on_disk_failure
         # One connection per thread, and a new one after a fork: a connection must
         # not be shared across threads' transactions nor carried into a child.
         self._local = threading.local()
@@ -206,7 +221,7 @@ class Index:
                 raise
             return result
         except sqlite3.Error as error:
-            self._handle(error)
+            self._handle(error, write)
         except OSError as error:  # creating the directory, or scanning it to fill the index
             self._unavailable = True
             self._warn(str(error))
@@ -287,8 +302,11 @@ class Index:
                     connection.execute("ROLLBACK")
             raise
 
-    def _handle(self, error: sqlite3.Error) -> None:
+    def _handle(self, error: sqlite3.Error, write: bool) -> None:
         primary_code = getattr(error, "sqlite_errorcode", 0) & 0xFF
+        if write and primary_code in _DISK_FAILURES:
+            self._on_disk_failure(error)
+            return
         corrupt = primary_code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
         if not corrupt or self._readonly or self._recovered:
             self._warn(str(error))

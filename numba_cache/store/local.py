@@ -9,9 +9,11 @@ Layout under the root::
 
 A write goes to a temp file in ``tmp/``, is fsync'ed, then renamed over its
 target, so a crash at any point leaves the old file or the complete new one.
-The ``.py`` is written before the ``.nbk``: once a record is visible, its source
-copy is too. Temp files name their writer's pid so that a later process can tell
-the leftovers of a crashed writer from a write in flight.
+The ``.py`` is written after the ``.nbk``, and a failure to write it does not
+fail the entry: it is a copy for people, so a crash in between leaves at worst a
+record without its copy, never a copy that belongs to no record. Temp files name
+their writer's pid so that a later process can tell the leftovers of a crashed
+writer from a write in flight.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import contextlib
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from . import checkpoints
 from .entry import is_sha256_hex
 
 RECORD_SUFFIX = ".nbk"
@@ -67,7 +70,7 @@ class LocalBackend:
         try:
             with open(self.record_path(fingerprint, key), "rb") as file:
                 return file.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # no such file, nor could there be
             return None
 
     def read_source(self, fingerprint: str, key: str) -> bytes | None:
@@ -78,11 +81,15 @@ class LocalBackend:
             return None
 
     def put(self, fingerprint: str, key: str, record: bytes, source: str | None) -> None:
+        checkpoints.reached("before-temp-write")
         make_private_dirs(self.root)
-        self.record_path(fingerprint, key).parent.mkdir(parents=True, exist_ok=True)
+        target = self.record_path(fingerprint, key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self._write_atomically(target, record, checkpoints.reached)
+        checkpoints.reached("after-rename")
         if source is not None:
-            self._write_atomically(self.source_path(fingerprint, key), source.encode())
-        self._write_atomically(self.record_path(fingerprint, key), record)
+            with contextlib.suppress(OSError):
+                self._write_atomically(self.source_path(fingerprint, key), source.encode())
 
     def put_file(self, path: Path, data: bytes) -> None:
         """Write `data` to `path`, a file under the root beside the entries, atomically."""
@@ -115,7 +122,7 @@ class LocalBackend:
         """Temp files left by writers that died (or that are older than an hour)."""
         try:
             names = os.listdir(self.temp_dir)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
         return [
             self.temp_dir / name
@@ -132,7 +139,10 @@ class LocalBackend:
                 removed += 1
         return removed
 
-    def _write_atomically(self, target: Path, data: bytes) -> None:
+    def _write_atomically(
+        self, target: Path, data: bytes, step: Callable[[str], None] = lambda name: None
+    ) -> None:
+        """Write `data` to a temp file, fsync it, rename it to `target`; `step` names each step."""
         self.temp_dir.mkdir(exist_ok=True)
         temp = self.temp_dir / f"{target.name}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}"
         # Mode 0o666 lets the umask decide, as for any file; the root's 0o700 is the gate.
@@ -141,7 +151,9 @@ class LocalBackend:
             with os.fdopen(descriptor, "wb") as file:
                 file.write(data)
                 file.flush()
+                step("after-temp-write")
                 os.fsync(file.fileno())
+            step("before-rename")
             os.replace(temp, target)
         except BaseException:
             with contextlib.suppress(OSError):

@@ -2,13 +2,16 @@
 
 A record is::
 
-    b"NBCACHE1" | metadata length (4 bytes, big-endian) | metadata (JSON, UTF-8) | blobs
+    b"NBCACHE2" | metadata length (4 bytes, big-endian) | SHA-256 of the metadata (32 bytes)
+                | metadata (JSON, UTF-8) | blobs
 
 The metadata names the entry (``key``, ``fingerprint``), describes it (``kind``,
 ``summary``, ``components``, ``cacheable``, ``reason``, ``created``,
 ``tool_version``) and lists the blobs in order as ``{"name", "size", "sha256"}``;
-the blobs follow, concatenated. Decoding checks everything it can, so a truncated,
-bit-flipped or misplaced record is a :class:`CorruptEntry`, never a wrong kernel.
+the blobs follow, concatenated. Every byte is covered: the magic and lengths are
+checked, the metadata by its checksum, each blob by the checksum the metadata
+holds. So a truncated, bit-flipped or misplaced record is a :class:`CorruptEntry`,
+never a wrong kernel nor an entry that merely reads differently.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .entry import KINDS, Entry, check_address
 
-MAGIC = b"NBCACHE1"
+MAGIC = b"NBCACHE2"
 _LENGTH = struct.Struct(">I")
-_HEADER_SIZE = len(MAGIC) + _LENGTH.size
+_DIGEST_SIZE = hashlib.sha256().digest_size
+_HEADER_SIZE = len(MAGIC) + _LENGTH.size + _DIGEST_SIZE
 
 
 def _installed_version() -> str:
@@ -72,14 +76,15 @@ def encode(entry: Entry) -> bytes:
         text = json.dumps(metadata, ensure_ascii=False, separators=(",", ":")).encode()
     except (TypeError, ValueError) as error:
         raise ValueError(f"the metadata of an entry must be JSON-serializable: {error}") from None
-    return b"".join([MAGIC, _LENGTH.pack(len(text)), text, *(data for _, data in blobs)])
+    header = [MAGIC, _LENGTH.pack(len(text)), hashlib.sha256(text).digest()]
+    return b"".join([*header, text, *(data for _, data in blobs)])
 
 
 def decode(record: bytes, fingerprint: str, key: str) -> Entry:
     """The entry stored in `record`, which must be the record of (`fingerprint`, `key`).
 
-    Raises :class:`CorruptEntry` if anything is off: magic, lengths, JSON, field types,
-    blob checksums, or a record that belongs to another key or fingerprint.
+    Raises :class:`CorruptEntry` if anything is off: magic, lengths, checksums, JSON,
+    field types, or a record that belongs to another key or fingerprint.
     """
     if len(record) < _HEADER_SIZE or not record.startswith(MAGIC):
         raise CorruptEntry("not a numba_cache record (bad magic or too short)")
@@ -87,8 +92,11 @@ def decode(record: bytes, fingerprint: str, key: str) -> Entry:
     blobs_start = _HEADER_SIZE + text_size
     if blobs_start > len(record):
         raise CorruptEntry("truncated metadata")
+    text = record[_HEADER_SIZE:blobs_start]
+    if hashlib.sha256(text).digest() != record[_HEADER_SIZE - _DIGEST_SIZE : _HEADER_SIZE]:
+        raise CorruptEntry("the metadata fails its checksum")
     try:
-        metadata = json.loads(record[_HEADER_SIZE:blobs_start].decode())
+        metadata = json.loads(text.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CorruptEntry(f"unreadable metadata: {error}") from None
     _check_metadata(metadata)
@@ -129,7 +137,8 @@ def _check_metadata(metadata: object) -> None:
     if not isinstance(metadata, dict):
         raise CorruptEntry("metadata is not a JSON object")
     for name, expected in _FIELD_TYPES.items():
-        if not isinstance(metadata.get(name), expected):
+        # A missing "reason" is not a null one: `get` would pass it, and decoding fail.
+        if name not in metadata or not isinstance(metadata[name], expected):
             raise CorruptEntry(f"metadata field {name!r} is missing or has the wrong type")
     if metadata["kind"] not in KINDS:
         raise CorruptEntry(f"unknown kind {metadata['kind']!r}")

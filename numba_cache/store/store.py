@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -14,7 +15,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from ..settings import Settings
-from . import record
+from . import checkpoints, record
 from .entry import KINDS, Entry, check_address, check_name
 from .index import Index
 from .local import LocalBackend, make_private_dirs
@@ -26,6 +27,8 @@ INDEX_NAME = "index.sqlite3"
 EVICTION_LOCK_NAME = "evict.lock"
 #: The components of a fingerprint, kept in its directory (see ``record_fingerprint``).
 FINGERPRINT_NAME = "fingerprint.json"
+#: errno values of a disk that refuses writes: full, over quota, failing, read-only.
+_DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
 #: A full store is evicted down to this fraction of its maximum size, so that
 #: the following saves do not each pay for an eviction pass.
 EVICTION_TARGET = 0.9
@@ -37,16 +40,21 @@ class Store:
     Nothing is created until the first write. Loads and saves never raise for I/O
     trouble: a corrupt or unreadable entry is a miss, a failed write returns False,
     each with one :class:`StoreWarning` per process. The store is read-only when
-    ``settings.readonly`` is set or when its root exists but is not writable.
+    ``settings.readonly`` is set or when its root is not writable, or cannot be
+    created (below a regular file, in a directory that is not writable).
     """
 
     def __init__(self, settings: Settings):
         self.settings = settings
         self.root = Path(settings.root)
-        unwritable = self.root.exists() and not os.access(self.root, os.W_OK)
-        self.readonly = settings.readonly or unwritable
+        self.readonly = settings.readonly or not _writable(self.root)
         self._backend = LocalBackend(self.root)
-        self._index = Index(self.root / INDEX_NAME, readonly=self.readonly, scan=self._scan)
+        self._index = Index(
+            self.root / INDEX_NAME,
+            readonly=self.readonly,
+            scan=self._scan,
+            on_disk_failure=self._warn_cannot_write,
+        )
         _warn_if_writable_by_others(self.root)
 
     def load(self, fingerprint: str, key: str) -> Entry | None:
@@ -54,7 +62,8 @@ class Store:
 
         A hit updates the entry's last use and hit count; hits and misses are
         counted by the caller with :meth:`count`, which knows what it was looking for. A corrupt entry is
-        removed, counted as "corrupt" and reported once per process. An uncacheable
+        removed, counted as "corrupt" and reported once per process. A record this
+        process may not read is a miss, warned once per store. An uncacheable
         marker is returned like any entry, with ``cacheable`` False.
         """
         check_address(fingerprint, key)
@@ -67,6 +76,12 @@ class Store:
                     self._index.drop([(fingerprint, key)])
                 return None
             entry = record.decode(data, fingerprint, key)
+        except PermissionError as error:  # not damage: nothing to count or remove
+            warn_once(
+                ("read", str(self.root)),
+                f"numba_cache: cannot read the cache {self.root} ({error}); compiling without it.",
+            )
+            return None
         except (CorruptEntry, OSError) as problem:
             self._discard_corrupt(fingerprint, key, problem)
             return None
@@ -96,29 +111,36 @@ class Store:
 
         Does nothing and returns False when the store is disabled or read-only, or
         when writing fails (full disk, I/O error, permissions), which is warned once
-        per process and counted as "write_error". Then evicts least recently used
-        entries if the store outgrew ``settings.max_size``. Raises ValueError only for
-        an invalid `entry` (see :func:`record.encode`).
+        per process and counted as "write_error". Removes the temp files of writers
+        that died first, and evicts least recently used entries after, if the store
+        outgrew ``settings.max_size``. Raises ValueError only for an invalid `entry`
+        (see :func:`record.encode`).
         """
         if self.settings.disabled or not self._may_write():
             return False
         data = record.encode(entry)
         try:
+            # A writer killed mid-write left its temp file; writers clean up after it.
+            self._backend.clean_temp()
             self._backend.put(entry.fingerprint, entry.key, data, source)
         except OSError as error:
-            warn_once(
-                ("write", str(self.root)),
-                f"numba_cache: cannot write to the cache {self.root} ({error}); "
-                "compiled kernels are not being saved.",
-            )
-            self.count(entry.fingerprint, "write_error")
+            self.report_write_error(entry.fingerprint, error)
             return False
+        checkpoints.reached("before-index")
         size = len(data) + (len(source.encode()) if source is not None else 0)
         self._index.insert(entry, size, time.time())
         total = self._index.total_size()
         if total is not None and total > self.settings.max_size:
             self.evict_to(int(self.settings.max_size * EVICTION_TARGET), timeout=0)
         return True
+
+    def report_write_error(self, fingerprint: str, error: OSError) -> None:
+        """Count a failed write as "write_error" and warn, once per process for the store.
+
+        For the store's own writes, and for files written into it on its behalf.
+        """
+        self._warn_cannot_write(error)
+        self.count(fingerprint, "write_error")
 
     @contextlib.contextmanager
     def lock(self, fingerprint: str, key: str) -> Iterator[bool]:
@@ -306,31 +328,37 @@ class Store:
         return verify(self._backend, self._index, repair=repair and self._may_write())
 
     def record_fingerprint(self, fingerprint: str, components: dict) -> None:
-        """Keep the named components of `fingerprint` beside its entries, once.
+        """Keep the named components of `fingerprint` beside its entries.
 
         Entries only carry the fingerprint's digest; this file is what lets a miss
-        be explained as "numba 0.68.0 became 0.69.0". Written atomically the first
-        time only; does nothing on a disabled or read-only store. It is a
-        description, not needed to load anything, so a failure is silent.
+        be explained as "numba 0.68.0 became 0.69.0". Written atomically when
+        :meth:`fingerprint_components` cannot read it (missing, damaged, or another
+        fingerprint's), so a damaged file does not stay damaged; does nothing on a
+        disabled or read-only store. It is a description, not needed to load
+        anything, so a failure is silent.
         """
         check_name("fingerprint", fingerprint)
         if self.settings.disabled or self.readonly:
             return
-        path = self._fingerprint_path(fingerprint)
-        if path.exists():
+        if self.fingerprint_components(fingerprint) is not None:
             return
         text = json.dumps({"fingerprint": fingerprint, "components": components}, sort_keys=True)
         with contextlib.suppress(OSError):
-            self._backend.put_file(path, text.encode())
+            self._backend.put_file(self._fingerprint_path(fingerprint), text.encode())
 
     def fingerprint_components(self, fingerprint: str) -> dict | None:
-        """The components kept by :meth:`record_fingerprint`, or None if unknown or unreadable."""
+        """The components kept by :meth:`record_fingerprint`, or None if unknown or unreadable.
+
+        A file describing another fingerprint (a misplaced copy) is unreadable too.
+        """
         check_name("fingerprint", fingerprint)
         try:
             recorded = json.loads(self._fingerprint_path(fingerprint).read_bytes())
         except (OSError, ValueError):
             return None
-        components = recorded.get("components") if isinstance(recorded, dict) else None
+        if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
+            return None
+        components = recorded.get("components")
         return components if isinstance(components, dict) else None
 
     def source_path(self, fingerprint: str, key: str) -> Path:
@@ -363,6 +391,15 @@ class Store:
                 self._backend.remove(fingerprint, key)
             self._index.drop([(fingerprint, key)])
 
+    def _warn_cannot_write(self, error: Exception) -> None:
+        """The one warning a process gets when the store's disk refuses writes, whichever
+        write (record, index, lock, generated source) meets it first."""
+        warn_once(
+            ("write", str(self.root)),
+            f"numba_cache: cannot write to the cache {self.root} ({error}); "
+            "compiled kernels are not being saved.",
+        )
+
     def _warn_cannot_delete(self, error: OSError) -> None:
         warn_once(("delete", str(self.root)), f"numba_cache: cannot delete in {self.root}: {error}")
 
@@ -381,7 +418,7 @@ class Store:
         """The filelock at `path`, acquired within `timeout` seconds.
 
         Raises :class:`filelock.Timeout` when someone else holds it; returns None
-        (warned once) when it cannot be created.
+        (warned once) when it cannot be created: as a failed write if the disk refused.
         """
         lock = _file_lock(path)
         try:
@@ -392,10 +429,14 @@ class Store:
             raise
         # NotImplementedError is how filelock < 4 says the filesystem has no flock.
         except (OSError, NotImplementedError) as error:
-            warn_once(
-                ("lock", str(self.root)),
-                f"numba_cache: cannot create the lock {path} ({error}); going on without locking.",
-            )
+            if getattr(error, "errno", None) in _DISK_FAILURES:
+                self._warn_cannot_write(error)
+            else:
+                warn_once(
+                    ("lock", str(self.root)),
+                    f"numba_cache: cannot create the lock {path} ({error}); "
+                    "going on without locking.",
+                )
             return None
         return lock
 
@@ -451,6 +492,16 @@ def _file_lock(path: Path) -> FileLock:
         return FileLock(path, fallback_to_soft=False)
     except TypeError:  # filelock < 4: no fallback to turn off
         return FileLock(path)
+
+
+def _writable(root: Path) -> bool:
+    """Whether `root` is a directory this process may write, or may create."""
+    existing = root
+    # os.path.exists, unlike Path.exists, is False (not PermissionError) below a
+    # directory this process may not search.
+    while not os.path.exists(existing):
+        existing = existing.parent
+    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
 
 
 def _warn_if_writable_by_others(root: Path) -> None:

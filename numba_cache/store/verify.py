@@ -29,10 +29,11 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
     """Decode every record, compare source copies and index rows with the files.
 
     Finds unreadable records, ``.py`` copies that differ from their record's
-    "source" blob, ``.py`` copies without a record, temp files of dead writers,
-    index rows without a file and files without a row. With `repair`, deletes
-    unreadable entries, orphans and stale temp files, rewrites wrong copies and
-    brings the index in line with the files.
+    "source" blob, ``.py`` copies without a record, temp files of dead writers, a
+    temp directory that is not one (every write would fail), index rows without a
+    file and files without a row. With `repair`, deletes unreadable entries,
+    orphans, stale temp files and what stands where the temp directory should be,
+    rewrites wrong copies and brings the index in line with the files.
     """
     problems: list[Problem] = []
     indexed = index.rows()
@@ -72,6 +73,11 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
         problems.append(Problem("source copy without a record", fingerprint, key, path))
         if repair:
             path.unlink(missing_ok=True)
+    temp_dir = backend.temp_dir
+    if temp_dir.exists() and not temp_dir.is_dir():
+        problems.append(Problem("the temporary directory is not a directory", path=temp_dir))
+        if repair:
+            temp_dir.unlink()
     for path in backend.stale_temp_files():
         problems.append(Problem("temp file of a dead or stuck writer", path=path))
         if repair:
