@@ -1,7 +1,9 @@
 """Real PyTensor models used by the demo, the tests and the benchmarks.
 
 Written in plain PyTensor, with observed data entering the graph as constants,
-as PyMC builds them. Data are synthetic (seeded) so nothing is downloaded.
+as PyMC builds them. Data are synthetic (seeded) so nothing is downloaded. Every
+model's outputs are its log density and the concatenation of its raveled
+gradients, as PyMC's ``logp_dlogp`` function.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytensor
 import pytensor.tensor as pt
 
 RADON_GROUPS = 85
@@ -17,7 +20,11 @@ RADON_OBSERVATIONS = 919
 
 @dataclass
 class Model:
-    """Symbolic inputs and outputs of a model, and a point to evaluate it at."""
+    """Symbolic inputs and outputs of a model, and a point to evaluate it at.
+
+    `point` holds one array per input, of the input's dtype and shape, so a
+    function compiled with ``trust_input=True`` can be called with it.
+    """
 
     name: str
     inputs: list
@@ -27,6 +34,11 @@ class Model:
 
 def _normal_logp(value, mu, sigma):
     return -0.5 * ((value - mu) / sigma) ** 2 - pt.log(sigma) - 0.5 * np.log(2 * np.pi)
+
+
+def _logp_dlogp(name: str, parameters: list, logp, point: list) -> Model:
+    gradient = pt.concatenate([g.ravel() for g in pt.grad(logp, parameters)])
+    return Model(name, parameters, [logp, gradient], [np.asarray(value) for value in point])
 
 
 def radon_data(seed: int = 0, groups: int = RADON_GROUPS, observations: int = RADON_OBSERVATIONS):
@@ -70,5 +82,128 @@ def radon_model(seed: int = 0, prior_scale: float = 5.0, extra_term: bool = Fals
     if extra_term:
         logp = logp - 0.01 * (b**2)
     gradient = pt.concatenate([g.ravel() for g in pt.grad(logp, parameters)])
-    point = [np.float64(1.0), np.float64(-1.0), np.linspace(-1, 1, RADON_GROUPS), np.float64(-0.5), np.float64(-0.3)]
+    point = [
+        np.asarray(1.0), np.asarray(-1.0), np.linspace(-1, 1, RADON_GROUPS), np.asarray(-0.5),
+        np.asarray(-0.3),
+    ]
     return Model("radon", parameters, [logp, gradient], point)
+
+
+#: Slight variants of the radon model, to compile once the base model is cached.
+RADON_VARIANTS = {
+    "prior_scale=2.5": {"prior_scale": 2.5},
+    "prior_scale=10": {"prior_scale": 10.0},
+    "extra_term": {"extra_term": True},
+    "prior_scale=2.5, extra_term": {"prior_scale": 2.5, "extra_term": True},
+    "prior_scale=10, extra_term": {"prior_scale": 10.0, "extra_term": True},
+}
+
+AR1_OBSERVATIONS = 100
+
+
+def ar1_model(seed: int = 0, observations: int = AR1_OBSERVATIONS) -> Model:
+    """An AR(1) time series whose log-likelihood is accumulated by a ``scan``.
+
+    The scan carries the running log-likelihood from step to step, so the loop
+    is a genuine recurrence; its gradient is a scan too.
+    Parameters: the mean, the log innovation scale, and the unconstrained
+    autocorrelation (``tanh`` keeps it in (-1, 1)).
+    """
+    rng = np.random.default_rng(seed)
+    series = np.empty(observations)
+    series[0] = rng.normal(0.5, 1.0)
+    for t in range(1, observations):
+        series[t] = 0.5 + 0.7 * (series[t - 1] - 0.5) + rng.normal(0, 0.4)
+
+    mu = pt.scalar("mu")
+    log_sigma = pt.scalar("log_sigma")
+    phi_raw = pt.scalar("phi_raw")
+    parameters = [mu, log_sigma, phi_raw]
+    sigma, phi = pt.exp(log_sigma), pt.tanh(phi_raw)
+
+    def step(value, previous, total, mu, phi, sigma):
+        return total + _normal_logp(value, mu + phi * (previous - mu), sigma)
+
+    observed = pt.as_tensor(series)
+    totals = pytensor.scan(
+        step,
+        sequences=[observed[1:], observed[:-1]],
+        outputs_info=[pt.as_tensor(np.float64(0.0))],  # a Python 0.0 would be float32
+        non_sequences=[mu, phi, sigma],
+        return_updates=False,
+    )
+    logp = (
+        totals[-1]
+        + _normal_logp(mu, 0.0, 5.0)
+        + _normal_logp(sigma, 0.0, 1.0) + log_sigma  # half-normal, log-transformed
+        + _normal_logp(phi_raw, 0.0, 1.0)
+    )
+    return _logp_dlogp("ar1", parameters, logp, [0.3, -1.0, 0.5])
+
+
+GP_POINTS = 30
+
+
+def gp_model(seed: int = 0, points: int = GP_POINTS) -> Model:
+    """A Gaussian process marginal likelihood: a multivariate normal through a Cholesky factor.
+
+    Covariance: an exponentiated-quadratic kernel (amplitude, lengthscale) plus
+    observation noise, on `points` one-dimensional inputs. The log density is
+    computed as a sampler would: ``cholesky``, one triangular solve, and the log
+    of the factor's diagonal.
+    """
+    rng = np.random.default_rng(seed)
+    x = np.sort(rng.uniform(0, 10, points))
+    y = np.sin(x) + rng.normal(0, 0.2, points)
+
+    log_amplitude = pt.scalar("log_amplitude")
+    log_lengthscale = pt.scalar("log_lengthscale")
+    log_noise = pt.scalar("log_noise")
+    parameters = [log_amplitude, log_lengthscale, log_noise]
+    amplitude, lengthscale, noise = (pt.exp(p) for p in (log_amplitude, log_lengthscale, log_noise))
+
+    squared_distance = pt.as_tensor((x[:, None] - x[None, :]) ** 2)
+    covariance = amplitude**2 * pt.exp(-0.5 * squared_distance / lengthscale**2) + (
+        noise**2 + 1e-6
+    ) * pt.eye(points)
+    factor = pt.linalg.cholesky(covariance, lower=True)
+    whitened = pt.linalg.solve_triangular(factor, pt.as_tensor(y), lower=True)
+    logp = (
+        -0.5 * pt.sum(whitened**2)
+        - pt.sum(pt.log(pt.diagonal(factor)))
+        - 0.5 * points * np.log(2 * np.pi)
+        + _normal_logp(log_amplitude, 0.0, 1.0)
+        + _normal_logp(log_lengthscale, 0.0, 1.0)
+        + _normal_logp(log_noise, -1.0, 1.0)
+    )
+    return _logp_dlogp("gp", parameters, logp, [0.0, 0.0, -1.5])
+
+
+LARGE_TERMS = 85
+LARGE_PARAMETERS = 64
+_LARGE_NONLINEARITIES = (pt.exp, pt.tanh, pt.sin, pt.log1p)
+
+
+def large_model(seed: int = 0, terms: int = LARGE_TERMS) -> Model:
+    """A large graph: a sum of many small terms, about 1,000 nodes once rewritten.
+
+    Term k takes a slice of the parameter vector (random offset, width 4 to 8),
+    applies one of four nonlinearities, multiplies by its own constant matrix,
+    and reduces the result with ``tanh``-sum or square-sum. Terms differ in
+    shapes, constants and ops, so rewriting cannot merge them, while the number
+    of distinct op kernels stays small: the size is in the graph, as in a big
+    model, not in many kinds of kernel.
+    """
+    rng = np.random.default_rng(seed)
+    theta = pt.vector("theta", shape=(LARGE_PARAMETERS,))
+    logp = pt.as_tensor(np.float64(0.0))
+    for k in range(terms):
+        width = int(rng.integers(4, 9))
+        start = int(rng.integers(0, LARGE_PARAMETERS - width + 1))
+        piece = theta[start : start + width]
+        nonlinearity = _LARGE_NONLINEARITIES[k % len(_LARGE_NONLINEARITIES)]
+        # log1p needs an argument above -1
+        hidden = nonlinearity(piece**2 if nonlinearity is pt.log1p else piece)
+        projected = pt.dot(hidden, rng.normal(size=(width, 3)) * (k + 1) / terms)
+        logp = logp + (pt.tanh(projected).sum() if k % 2 else -(projected**2).sum())
+    return _logp_dlogp("large", [theta], logp, [np.linspace(-1, 1, LARGE_PARAMETERS)])

@@ -1,0 +1,1 @@
+"""numba_cache's benchmark suite; ``python benchmarks/run.py`` regenerates RESULTS.md."""

@@ -1,0 +1,132 @@
+"""One benchmark process: compile a model in one mode, call it, report figures as JSON.
+
+Usage: python benchmarks/child.py SPEC, SPEC a JSON object with ``function`` and
+``kwargs`` (a model of :mod:`numba_cache.models`), ``mode`` (a PyTensor mode
+name) and the optional measurements ``calls`` (per-call times) and ``keys``
+(numba_cache's key computation times).
+
+The process prints ``FIRST_RESULT`` as soon as the function's first call has
+returned, so that the parent can time interpreter start to first result, then
+one JSON line. The cache in use is whatever the environment points at
+(``NBCACHE_DIR``, ``PYTENSOR_FLAGS``); the parent decides whether it is cold.
+
+Only the ``NUMBA_CACHE`` mode imports numba_cache: the models and the compile
+counter are loaded from their files, so no other mode pays for numba_cache's
+import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import sys
+import time
+import timeit
+from pathlib import Path
+
+FIRST_RESULT = "FIRST_RESULT"
+OURS = "NUMBA_CACHE"
+#: timeit repeats per call figure; each repeat runs for at least 0.2 s (``Timer.autorange``).
+CALL_REPEATS = 5
+
+
+def _standalone(module: str):
+    """Load ``numba_cache.<module>`` from its file without importing the numba_cache package."""
+    package = Path(importlib.util.find_spec("numba_cache").origin).parent
+    name = f"_benchmark_{module}"
+    spec = importlib.util.spec_from_file_location(name, package / f"{module}.py")
+    loaded = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+def _compile_counter(mode: str):
+    """Count numba compiles in the numba modes; the others do not import numba at all.
+
+    Installing the counter imports numba before the timed compile, as importing
+    numba_cache does in the ``NUMBA_CACHE`` mode, so the compile windows of all
+    numba modes start with numba imported.
+    """
+    if "NUMBA" not in mode:
+        return contextlib.nullcontext(None)
+    return _standalone("compile_events").count_numba_compiles()
+
+
+def _per_call_microseconds(function, point) -> float:
+    timer = timeit.Timer(lambda: function(*point))
+    number, _ = timer.autorange()
+    return min(timer.repeat(repeat=CALL_REPEATS, number=number)) / number * 1e6
+
+
+def _key_milliseconds(model, function) -> dict:
+    """Time numba_cache's two keys of `model`'s graph, as a warm compile computes them.
+
+    The pre-rewrite key is computed on the graph as ``pytensor.function``
+    prepares it before rewriting; the graph kernel key on the rewritten graph of
+    `function`. `rewrite_key_stored` checks that the timed key is the one this
+    process's compile looked up.
+    """
+    from pytensor.compile.maker import FunctionMaker
+    from pytensor.compile.rebuild import construct_function_ins_and_outs
+    from pytensor.compile.mode import get_mode
+
+    from numba_cache.kernels.context import current_context
+    from numba_cache.keys.kernels import graph_kernel_key
+    from numba_cache.keys.rewrites import rewrite_key
+
+    context = current_context()
+    inputs, outputs = construct_function_ins_and_outs(model.inputs, model.outputs)
+    outputs = [FunctionMaker.wrap_out(output) for output in outputs]
+    fgraph, _ = FunctionMaker.create_fgraph(inputs, outputs)
+    begin = time.perf_counter()
+    key = rewrite_key(fgraph, inputs, outputs, get_mode(OURS), context.fingerprint)
+    middle = time.perf_counter()
+    graph_kernel_key(function.maker.fgraph, context.fingerprint)
+    end = time.perf_counter()
+    stored = context.store.read(context.fingerprint.digest, key.digest)
+    return {
+        "rewrite_key_ms": (middle - begin) * 1e3,
+        "graph_key_ms": (end - middle) * 1e3,
+        "rewrite_key_stored": stored is not None,
+    }
+
+
+def main(spec: dict) -> dict:
+    import numpy as np
+    import pytensor
+
+    models = _standalone("models")
+    if spec["mode"] == OURS:
+        import numba_cache  # noqa: F401  (registers the mode)
+
+    model = getattr(models, spec["function"])(**spec["kwargs"])
+    with _compile_counter(spec["mode"]) as compiles:
+        begin = time.perf_counter()
+        function = pytensor.function(model.inputs, model.outputs, mode=spec["mode"])
+        outputs = function(*model.point)
+        compile_seconds = time.perf_counter() - begin
+    print(FIRST_RESULT, flush=True)
+
+    report = {
+        "compile_seconds": compile_seconds,
+        "numba_compiles": None if compiles is None else len(compiles),
+        "nodes": len(function.maker.fgraph.apply_nodes),
+        "outputs": [np.asarray(output).tolist() for output in outputs],
+        "numba_cache_imported": "numba_cache" in sys.modules,
+    }
+    if spec.get("calls"):
+        report["call_us"] = _per_call_microseconds(function, model.point)
+        function.trust_input = True
+        report["call_trusted_us"] = _per_call_microseconds(function, model.point)
+    if spec.get("keys"):
+        report |= _key_milliseconds(model, function)
+    if spec["mode"] == OURS:
+        import numba_cache
+
+        report["cache_events"] = dict(numba_cache.session_stats())
+    return report
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]))), flush=True)

@@ -1,0 +1,297 @@
+"""RESULTS.md: the machine, the issue's targets, and one table per model, from a run's samples.
+
+Every cell is the median over repeats with the range (min to max), and the ratio
+of medians to PyTensor's built-in ``NUMBA`` mode measured in the same run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+import numpy as np
+
+from benchmarks.child import CALL_REPEATS, OURS
+from benchmarks.modes import BASELINE, DISK_LOCATIONS, MODES
+from benchmarks.suite import MODELS
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str
+    unit: str  # "s", "us", "ms", "B" or "" (a count)
+    label: str
+
+
+FIGURES = [
+    Figure("nodes", "", "apply nodes after rewriting"),
+    Figure("cold", "s", "cold compile: `pytensor.function` + first call, empty cache"),
+    Figure("warm", "s", "warm compile, fresh process (same)"),
+    Figure("process", "s", "fresh process: interpreter start → first result"),
+    Figure("new_data", "s", "new data, base cached: compile (fresh process)"),
+    Figure("new_data_process", "s", "new data, base cached: start → first result"),
+    Figure("variant", "s", "variant compile after base cached (all variants)"),
+    Figure("call", "us", "per call"),
+    Figure("call_trusted", "us", "per call, `trust_input=True`"),
+    Figure("rewrite_key", "ms", "pre-rewrite key (`rewrite_key`)"),
+    Figure("graph_key", "ms", "graph kernel key (`graph_kernel_key`)"),
+    Figure("compiles_cold", "", "numba compiles, cold"),
+    Figure("compiles_warm", "", "numba compiles, warm"),
+    Figure("compiles_new_data", "", "numba compiles, new data"),
+    Figure("compiles_variant", "", "numba compiles, per variant"),
+    Figure("disk_base_bytes", "B", "disk after the base model"),
+    Figure("disk_bytes", "B", "disk after base + new data + variants"),
+    Figure("disk_files", "", "files after base + new data + variants"),
+]
+FIGURE = {figure.key: figure for figure in FIGURES}
+
+
+@dataclass(frozen=True)
+class Target:
+    label: str
+    figure: str
+    limit: float
+
+
+#: The issue's targets: ratios to built-in NUMBA on radon.
+TARGETS = [
+    Target("warm compile", "warm", 0.25),
+    Target("fresh process start → first result", "process", 0.6),
+    Target("variant compile after base cached", "variant", 0.5),
+    Target("cold compile", "cold", 1.10),
+    Target("per call, default", "call", 1.05),
+    Target("per call, `trust_input=True`", "call_trusted", 1.05),
+    Target("disk bytes, base + the six radon variants", "disk_bytes", 1.0),
+    Target("same model, new data (fresh process, base cached)", "new_data", 0.1),
+]
+TARGET_MODEL = "radon"
+
+
+def median(samples: dict, model: str, mode: str, figure: str):
+    values = samples.get(model, {}).get(mode, {}).get(figure)
+    return statistics.median(values) if values else None
+
+
+def ratio(samples: dict, model: str, mode: str, figure: str):
+    value, baseline = (median(samples, model, m, figure) for m in (mode, BASELINE))
+    if value is None or not baseline:
+        return None
+    return value / baseline
+
+
+def format_value(value, unit: str) -> str:
+    if unit == "B":
+        for size, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if value >= size:
+                return f"{value / size:.1f} {name}"
+        return f"{value:.0f} B"
+    if unit == "":
+        return f"{value:g}"
+    unit_text = {"us": "µs"}.get(unit, unit)
+    # three significant digits, trailing zeros kept (1.00 s, not 1 s)
+    number = f"{value:.0f}" if value >= 100 else f"{value:#.3g}".rstrip(".")
+    return f"{number} {unit_text}"
+
+
+def cell(samples: dict, model: str, mode: str, figure: Figure) -> str:
+    values = samples.get(model, {}).get(mode, {}).get(figure.key)
+    if not values:
+        return "—"
+    text = format_value(statistics.median(values), figure.unit)
+    if len(values) > 1 and min(values) != max(values):
+        low, high = (format_value(value, figure.unit) for value in (min(values), max(values)))
+        text += f" ({low}–{high})"
+    value_ratio = ratio(samples, model, mode, figure.key)
+    if value_ratio is not None and mode != BASELINE:
+        text += f" **{value_ratio:.2f}×**"
+    return text
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def targets_section(samples: dict) -> list[str]:
+    rows = []
+    for target in TARGETS:
+        ours = median(samples, TARGET_MODEL, OURS, target.figure)
+        baseline = median(samples, TARGET_MODEL, BASELINE, target.figure)
+        value_ratio = ratio(samples, TARGET_MODEL, OURS, target.figure)
+        unit = FIGURE[target.figure].unit
+        if value_ratio is None:
+            verdict = "not measured"
+        else:
+            verdict = "met" if value_ratio <= target.limit else "**not met**"
+        rows.append([
+            target.label,
+            f"≤ {target.limit:g}×",
+            "—" if ours is None else format_value(ours, unit),
+            "—" if baseline is None else format_value(baseline, unit),
+            "—" if value_ratio is None else f"{value_ratio:.2f}×",
+            verdict,
+        ])
+    return [
+        "## Targets",
+        "",
+        f"{OURS} against built-in {BASELINE} on {TARGET_MODEL}, medians over repeats.",
+        "",
+        *_table(["target", "limit", OURS, BASELINE, "ratio", "verdict"], rows),
+    ]
+
+
+def max_relative_difference(outputs: list, reference: list) -> float:
+    return max(
+        float(np.max(np.abs(np.subtract(a, b)) / np.maximum(np.abs(b), 1e-300)))
+        for a, b in zip(outputs, reference, strict=True)
+    )
+
+
+def model_section(results, model: str, modes: list[str]) -> list[str]:
+    samples = results["samples"]
+    measured = {mode for mode in modes if samples.get(model, {}).get(mode)}
+    rows = [
+        [figure.label] + [cell(samples, model, mode, figure) for mode in modes]
+        for figure in FIGURES
+        if any(samples.get(model, {}).get(mode, {}).get(figure.key) for mode in measured)
+    ]
+    reference = results["outputs"].get(model, {}).get(BASELINE)
+    if reference is not None:
+        rows.append([f"results: max. relative difference to {BASELINE}"] + [
+            "reference" if mode == BASELINE
+            else f"{max_relative_difference(results['outputs'][model][mode], reference):.1e}"
+            if mode in results["outputs"][model] else "—"
+            for mode in modes
+        ])
+    lines = [f"## {model}", "", *_table(["figure"] + modes, rows), *_events(results, model)]
+    failures = results["failures"].get(model, {})
+    for mode, message in failures.items():
+        lines += ["", f"- {mode} failed (skipped from then on): `{message}`"]
+    return lines
+
+
+def _events(results, model: str) -> list[str]:
+    """numba_cache's lookups in each step of the first repeat, as counted by the process."""
+    steps = results["events"].get(model, {})
+    if not steps:
+        return []
+    lines = ["", f"{OURS} lookups per process (first repeat; `numba_cache.session_stats()`):", ""]
+    for step, events in steps.items():
+        counted = ", ".join(f"{name} {count}" for name, count in sorted(events.items()))
+        lines.append(f"- {step}: {counted or 'none'}")
+    return lines
+
+
+def variants_section(results, model: str, modes: list[str]) -> list[str]:
+    samples = results["samples"]
+    names = list(MODELS[model].variants)
+    figures = [Figure(f"variant[{name}]", "s", name) for name in names if any(
+        samples.get(model, {}).get(mode, {}).get(f"variant[{name}]") for mode in modes)]
+    if not figures:
+        return []
+    rows = [[f"`{figure.label}`"] + [cell(samples, model, mode, figure) for mode in modes]
+            for figure in figures]
+    return [
+        f"### {model}: compile of each variant, after the base, the new data and the variants "
+        "above it",
+        "",
+        *_table(["variant"] + modes, rows),
+    ]
+
+
+def disk_section(results, model: str, modes: list[str]) -> list[str]:
+    samples = results["samples"]
+    figures = [Figure(f"disk_bytes[{location}]", "B", location) for location in DISK_LOCATIONS]
+    rows = [[f"`{figure.label}`: {DISK_LOCATIONS[figure.label]}"]
+            + [cell(samples, model, mode, figure) for mode in modes] for figure in figures]
+    return [
+        f"### {model}: disk after base + new data + variants, by location",
+        "",
+        *_table(["location"] + modes, rows),
+    ]
+
+
+def machine_section(machine: dict) -> list[str]:
+    versions = ", ".join(f"{name} {version}" for name, version in machine["versions"].items())
+    return [
+        "## Machine",
+        "",
+        f"- CPU: {machine['cpu']} (LLVM host CPU `{machine['llvm_cpu']}`), "
+        f"{machine['nproc']} cores available (nproc)",
+        f"- {versions}",
+        f"- C compiler (C, CVM): {machine['cxx']}",
+        f"- numba_cache source: {machine['source']}",
+        f"- load average (1 min) {machine['load_average']:.2f} at the start, "
+        f"{machine['load_average_end']:.2f} at the end; the run took "
+        f"{machine['duration'] / 60:.1f} min",
+    ]
+
+
+def render(results: dict, modes: list[str], models: list[str], machine: dict, command: str,
+           date: str, plot_name: str) -> str:
+    """The text of RESULTS.md for a run of `models` in `modes`."""
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Generated by `{command}` on {date} ({results['repeat']} repeat(s)); "
+        "do not edit, run the command again.",
+        "",
+        *machine_section(machine),
+        "",
+        *targets_section(results["samples"]),
+        "",
+        f"![ratios to built-in NUMBA]({plot_name})",
+        "",
+        *models_section(models),
+        "",
+        *_how_to_read(modes),
+    ]
+    for model in models:
+        lines += ["", *model_section(results, model, modes)]
+        if MODELS[model].variants:
+            lines += ["", *variants_section(results, model, modes)]
+            lines += ["", *disk_section(results, model, modes)]
+    return "\n".join(lines) + "\n"
+
+
+def models_section(models: list[str]) -> list[str]:
+    """Each model's name, from the first line of its function's docstring."""
+    from numba_cache import models as definitions
+
+    lines = ["## Models", ""]
+    for name in models:
+        model = MODELS[name]
+        summary = getattr(definitions, model.function).__doc__.splitlines()[0]
+        lines.append(f"- **{name}** (`{model.function}`): {summary}")
+    return lines
+
+
+def _how_to_read(modes: list[str]) -> list[str]:
+    return [
+        "## How to read the tables",
+        "",
+        "Each cell: median over repeats (min–max) and, in bold, the ratio of medians to "
+        f"built-in {BASELINE} in this run. Each repeat, model and mode starts from empty caches "
+        "in a work directory of its own; every compile happens in a fresh process.",
+        "",
+        *(f"- **{mode}**: {MODES[mode].description}" for mode in modes),
+        "",
+        "- *compile* is `pytensor.function` plus the first call, timed inside the process; "
+        "imports (numba_cache's included) are outside it, and numba is imported before it in "
+        "every numba mode. *start → first result* is timed by the parent, from starting "
+        "the process to reading its first-result line: interpreter start, imports, model "
+        "construction and compile.",
+        "- *warm*: a second process on the cache the cold one filled. *New data*: the same model "
+        "with other observed data (`seed=1`), after base. *Variants*: each in its own process "
+        "after the base, the new data and the variants before it.",
+        f"- *per call*: `timeit`, the best of {CALL_REPEATS} repeats of an auto-ranged loop "
+        "(≥ 0.2 s), in the warm process; `trust_input=True` set on the same function afterwards.",
+        f"- *keys* ({OURS} only): timed in the warm process, after its compile: the pre-rewrite "
+        "key of the graph as `pytensor.function` prepares it for rewriting, the graph kernel key "
+        "of the rewritten graph. A warm hit computes the first and loads the second.",
+        "- *disk*: apparent sizes of the regular files in the work directory's "
+        "`store` (NBCACHE_DIR), `compiledir` (PyTensor's base_compiledir, every mode) "
+        "and `tmp` (TMPDIR: files left behind by the processes).",
+        "- *numba compiles*: dispatcher compilations reported by numba's event API "
+        "(`numba_cache.compile_events`), nested ones included.",
+    ]

@@ -1,0 +1,44 @@
+"""The benchmark suite's smoke run produces its results file, plot and raw samples.
+
+It checks that the suite runs and reports, not how fast anything is.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.report import FIGURE, TARGETS
+
+RUN = Path(__file__).parents[1] / "benchmarks" / "run.py"
+
+
+def test_smoke_run_writes_results_plot_and_samples(tmp_path):
+    output = tmp_path / "out" / "RESULTS.md"
+    process = subprocess.run(
+        [sys.executable, str(RUN), "--smoke", "--output", str(output)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    assert "radon  NUMBA_CACHE     warm" in process.stdout  # progress, one line per step
+
+    results = output.read_text()
+    assert "--smoke" in results and "## Machine" in results and "nproc" in results
+    target_rows = [line for line in results.splitlines() if line.startswith("| ")]
+    for target in TARGETS:
+        row = next(line for line in target_rows if line.startswith(f"| {target.label} |"))
+        assert row.rstrip(" |").endswith(("met", "not met**")), row
+    for figure in ("cold", "warm", "process", "variant", "new_data", "call", "call_trusted",
+                   "rewrite_key", "disk_bytes", "compiles_warm"):
+        assert any(line.startswith(f"| {FIGURE[figure].label} |") for line in target_rows), figure
+    assert "| figure | NUMBA_CACHE | NUMBA |" in results
+    assert "| `prior_scale=2.5` |" in results
+    assert "](results.png)" in results
+
+    assert (output.parent / "results.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    samples = json.loads((output.parent / "results.json").read_text())["samples"]
+    assert set(samples) == {"radon"}
+    assert set(samples["radon"]) == {"NUMBA_CACHE", "NUMBA"}
+    assert all(len(samples["radon"][mode]["cold"]) == 1 for mode in samples["radon"])
