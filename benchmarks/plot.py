@@ -39,7 +39,8 @@ def _bars(axis, groups: list[tuple[str, str, str]], modes: list[str], samples: d
             axis.hlines(limits[figure], position - 0.45, position + 0.45, colors="black",
                         linestyles="dashed", linewidth=1)
             axis.text(position + 0.45, limits[figure], f"target {limits[figure]:g}×",
-                      ha="right", va="top", fontsize=7)
+                      ha="right", va="top", fontsize=7,
+                      bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1})
     axis.axhline(1.0, color="grey", linewidth=0.8)
     axis.set_xticks(range(len(groups)), [label for _, _, label in groups])
     axis.set_yscale("log")

@@ -12,6 +12,7 @@ not a measurement to quote.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shlex
@@ -51,6 +52,7 @@ def machine() -> dict:
     return {
         "load_average": os.getloadavg()[0],
         "source": _source_state(),
+        "code_digest": code_digest(),
         "cpu": cpu,
         "llvm_cpu": components["cpu_name"],
         "nproc": len(os.sched_getaffinity(0)),
@@ -73,6 +75,19 @@ def _source_state() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "unknown (no git checkout)"
     return f"commit {commit}" + (f", uncommitted changes to {changed} files" if changed else "")
+
+
+def code_digest() -> str:
+    """A digest of the measured Python code (numba_cache and benchmarks), to see it change.
+
+    Other work can land in the checkout during a long run; comparing this digest
+    at the start and at the end says whether every repeat measured the same code.
+    """
+    digest = hashlib.sha256()
+    sources = [*REPOSITORY.glob("numba_cache/**/*.py"), *REPOSITORY.glob("benchmarks/*.py")]
+    for path in sorted(sources):
+        digest.update(str(path.relative_to(REPOSITORY)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _command() -> str:
@@ -105,6 +120,7 @@ def main(argv=None) -> int:
     log(f"{len(plan.models)} models x {len(plan.modes)} modes x {plan.repeat} repeats")
     results = run_plan(plan, log)
     measured_on["load_average_end"] = os.getloadavg()[0]
+    measured_on["code_digest_end"] = code_digest()
     measured_on["duration"] = time.perf_counter() - started
     data = {"repeat": plan.repeat, "samples": results.samples, "outputs": results.outputs,
             "failures": results.failures, "events": results.events}
