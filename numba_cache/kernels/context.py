@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from numba_cache import settings as settings_module
 from numba_cache.keys import Fingerprint, current_fingerprint
@@ -15,12 +15,18 @@ from numba_cache.store import Store, StoreWarning
 @dataclass(frozen=True)
 class CacheContext:
     """What a compile needs to consult the cache. `enabled` is False when the cache
-    is disabled by settings or turned itself off after a failed self-test."""
+    is disabled by settings or turned itself off after a failed self-test.
+
+    `op_kernels` holds this process's cacheable op kernels by key digest: nodes
+    with the same key share one dispatcher, so it is compiled or loaded once and
+    linked once into each graph kernel.
+    """
 
     settings: settings_module.Settings
     store: Store
     fingerprint: Fingerprint
     enabled: bool
+    op_kernels: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def current_context() -> CacheContext:

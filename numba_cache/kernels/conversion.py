@@ -21,6 +21,7 @@ from numba_cache.keys.canonical import UnkeyableValue
 from numba_cache.keys.kernels import op_kernel_key
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.dispatcher import cached_dispatcher
+from numba_cache.kernels.report import record_reuse
 from numba_cache.kernels.uncacheable import Uncacheable, registered_reason, unkeyed
 
 
@@ -41,6 +42,9 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
         key = op_kernel_key(node, str(pytensor_key), context.fingerprint)
     except UnkeyableValue as exc:
         key, verdict = unkeyed("op", f"op {str(op)[:60]}", exc)
+    if verdict is None and key.digest in context.op_kernels:
+        record_reuse("op")
+        return context.op_kernels[key.digest], None
 
     name = f"{identifier(type(op).__name__)}_{key.short}"
     source = kernel_source(name, len(node.inputs))
@@ -50,6 +54,8 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
     dispatcher = cached_dispatcher(
         function, cache, called_from_python=False, fastmath=config.numba__fastmath
     )
+    if verdict is None:
+        context.op_kernels[key.digest] = dispatcher
     return dispatcher, verdict
 
 

@@ -57,6 +57,11 @@ def record(context, name: str) -> None:
     context.store.count(context.fingerprint.digest, name)
 
 
+def record_reuse(kind: str) -> None:
+    """A kernel this process already had served another node (``op.reused``; session only)."""
+    _session[f"{kind}.reused"] += 1
+
+
 def lookup(context, key, decision: str) -> None:
     """Report one lookup decision (``hit``, ``miss``, ``uncacheable (<reason>)``).
 

@@ -2,19 +2,20 @@
 
 Both are salted with the environment fingerprint and the codegen version. An op
 kernel's key also carries PyTensor's own per-op cache key (which versions the
-dispatch implementation) and the content of small constant inputs. Large array
-constants are kernel arguments and enter both keys by type and shape only (see
-:mod:`.constants`).
+dispatch implementation) and the types of the node's inputs and outputs. The
+values of constant inputs are not part of an op key: a kernel receives them as
+arguments, and PyTensor's numba dispatch generates code from the op and the
+types, never from an input's value, so one kernel serves every node that
+differs only in its constants (a model with a thousand terms has a few dozen
+kernels, not a thousand). In the graph key, large array constants are kernel
+arguments and enter by type and shape only (see :mod:`.constants`).
 """
 
 from __future__ import annotations
 
-from pytensor.graph.basic import Constant
-
 from numba_cache.codegen.sources import CODEGEN_VERSION
 from numba_cache.keys.canonical import digest, qualified_name
-from numba_cache.keys.constants import hidden_description, is_hidden
-from numba_cache.keys.graph import constant_digest, describe_graph, graph_summary
+from numba_cache.keys.graph import describe_graph, graph_summary
 from numba_cache.keys.key import Key
 from numba_cache.keys.ops import describe_op, describe_type
 
@@ -47,13 +48,6 @@ def op_kernel_key(node, pytensor_key: str, fingerprint) -> Key:
             "op": digest(describe_op(op)),
             "pytensor_key": pytensor_key,
             "inputs": [describe_type(variable.type) for variable in node.inputs],
-            "constant_inputs": {
-                str(position): (
-                    hidden_description(variable) if is_hidden(variable) else constant_digest(variable)
-                )
-                for position, variable in enumerate(node.inputs)
-                if isinstance(variable, Constant)
-            },
             "outputs": [describe_type(variable.type) for variable in node.outputs],
         },
     )
