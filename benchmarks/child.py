@@ -74,13 +74,15 @@ def _key_milliseconds(model, function) -> dict:
     from numba_cache.kernels.context import current_context
     from numba_cache.keys.kernels import graph_kernel_key
     from numba_cache.keys.rewrites import rewrite_key
+    from numba_cache.rewrite_cache import rewrites_digest
 
     context = current_context()
     inputs, outputs = construct_function_ins_and_outs(model.inputs, model.outputs)
     outputs = [FunctionMaker.wrap_out(output) for output in outputs]
     fgraph, _ = FunctionMaker.create_fgraph(inputs, outputs)
     begin = time.perf_counter()
-    key = rewrite_key(fgraph, inputs, outputs, get_mode(OURS), context.fingerprint)
+    mode = get_mode(OURS)
+    key = rewrite_key(fgraph, inputs, outputs, mode, context.fingerprint, rewrites_digest(context, mode))
     middle = time.perf_counter()
     graph_kernel_key(function.maker.fgraph, context.fingerprint)
     end = time.perf_counter()

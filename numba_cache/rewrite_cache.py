@@ -24,7 +24,7 @@ from pytensor.compile.maker import FunctionMaker
 
 from numba_cache.keys.canonical import UnkeyableValue
 from numba_cache.keys.kernels import graph_kernel_key
-from numba_cache.keys.rewrites import rewrite_key
+from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
 from numba_cache.kernels import report
 from numba_cache.store import Entry, StoreWarning
 
@@ -42,7 +42,8 @@ class CachedRewriteFunctionMaker(FunctionMaker):
         key = None
         if context.enabled:
             try:
-                key = rewrite_key(fgraph, inputs, outputs + additional_outputs, mode, context.fingerprint)
+                key = rewrite_key(fgraph, inputs, outputs + additional_outputs, mode,
+                                  context.fingerprint, rewrites_digest(context, mode))
             except UnkeyableValue as exc:
                 report.logger.debug("graph not keyable before rewriting: %s", exc)
         if key is not None and _restore(context, key, fgraph):
@@ -50,6 +51,17 @@ class CachedRewriteFunctionMaker(FunctionMaker):
         FunctionMaker.prepare_fgraph(inputs, outputs, additional_outputs, fgraph, mode, profile)
         if key is not None:
             _save(context, key, fgraph)
+
+
+def rewrites_digest(context, mode) -> str:
+    """The complete rewrite-registry digest of `mode`, remembered in the store."""
+    fingerprint = context.fingerprint.digest
+    return complete_rewrites_digest(
+        mode.optdb,
+        known=lambda partial: context.store.completed_registry(fingerprint, partial),
+        remember=lambda partial, complete: context.store.record_completed_registry(
+            fingerprint, partial, complete),
+    )
 
 
 def _restore(context, key, fgraph) -> bool:

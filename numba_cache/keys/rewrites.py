@@ -14,6 +14,8 @@ variable tags; ``NBCACHE_DISABLE`` or a plain ``NUMBA`` mode avoid the shortcut.
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable
 
 from numba_cache.keys.canonical import canonical, digest, qualified_name
 from numba_cache.keys.graph import describe_graph
@@ -58,15 +60,15 @@ def describe_query(query) -> list:
 
 
 #: Modules that register more rewrites when PyTensor's numba dispatch is imported.
-#: They are imported before the registry is hashed, so that the digest does not
-#: depend on whether this process has converted an op yet (a warm process never does).
+#: The digest of the registry is taken as if they were imported, so that it does
+#: not depend on whether this process has converted an op yet (a warm process
+#: never does). Importing them costs about 0.1 s (scipy.sparse), more than the
+#: rest of a warm compile, so :func:`complete_rewrites_digest` avoids it.
 REGISTERING_MODULES = ("pytensor.sparse.rewriting", "pytensor.typed_list.rewriting")
 
 
 def registered_rewrites_digest(database) -> str:
-    """Digest of every rewrite registered in `database`, recursively, by name and class."""
-    for module in REGISTERING_MODULES:
-        importlib.import_module(module)
+    """Digest of every rewrite registered in `database` now, recursively, by name and class."""
     seen: set[int] = set()
     names: list = []
 
@@ -83,8 +85,33 @@ def registered_rewrites_digest(database) -> str:
     return digest(sorted(names))
 
 
-def rewrite_key(fgraph, inputs, outputs, mode, fingerprint) -> Key:
-    """The pre-rewrite key of `fgraph` compiled with `mode` and these In/Out specs."""
+def complete_rewrites_digest(database, known: Callable[[str], str | None],
+                             remember: Callable[[str, str], None]) -> str:
+    """The registry digest once every module of :data:`REGISTERING_MODULES` is imported.
+
+    When some are not imported yet, the digest of the registry as it stands
+    determines the complete one (the same PyTensor, pinned by the fingerprint,
+    registers the same rewrites on import), so `known` maps it to the complete
+    digest recorded by an earlier process; only when that is unknown are the
+    modules imported, and the pair handed to `remember`.
+    """
+    current = registered_rewrites_digest(database)
+    if all(module in sys.modules for module in REGISTERING_MODULES):
+        return current
+    complete = known(current)
+    if complete is None:
+        for module in REGISTERING_MODULES:
+            importlib.import_module(module)
+        complete = registered_rewrites_digest(database)
+        remember(current, complete)
+    return complete
+
+
+def rewrite_key(fgraph, inputs, outputs, mode, fingerprint, rewrites_digest: str) -> Key:
+    """The pre-rewrite key of `fgraph` compiled with `mode` and these In/Out specs.
+
+    `rewrites_digest` is :func:`complete_rewrites_digest` of ``mode.optdb``.
+    """
     from pytensor import config
 
     description = describe_graph(fgraph)
@@ -98,7 +125,7 @@ def rewrite_key(fgraph, inputs, outputs, mode, fingerprint) -> Key:
             "inputs": [[bool(spec.mutable), bool(spec.borrow)] for spec in inputs],
             "outputs": [bool(spec.borrow) for spec in outputs],
             "query": describe_query(mode._optimizer),
-            "rewrites": registered_rewrites_digest(mode.optdb),
+            "rewrites": rewrites_digest,
             "flags": {flag: str(getattr(config, flag)) for flag in REWRITE_FLAGS},
         },
     )

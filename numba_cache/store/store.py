@@ -16,7 +16,7 @@ from filelock import FileLock, Timeout
 
 from ..settings import Settings
 from . import checkpoints, record
-from .entry import KINDS, Entry, check_address, check_name
+from .entry import KINDS, Entry, check_address, check_name, is_sha256_hex
 from .index import Index
 from .local import LocalBackend, make_private_dirs
 from .notices import warn_once
@@ -27,6 +27,7 @@ INDEX_NAME = "index.sqlite3"
 EVICTION_LOCK_NAME = "evict.lock"
 #: The components of a fingerprint, kept in its directory (see ``record_fingerprint``).
 FINGERPRINT_NAME = "fingerprint.json"
+REGISTRIES_NAME = "registries.json"
 #: errno values of a disk that refuses writes: full, over quota, failing, read-only.
 _DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
 #: A full store is evicted down to this fraction of its maximum size, so that
@@ -360,6 +361,45 @@ class Store:
             return None
         components = recorded.get("components")
         return components if isinstance(components, dict) else None
+
+    def completed_registry(self, fingerprint: str, partial: str) -> str | None:
+        """The complete rewrite-registry digest recorded for `partial`, or None.
+
+        See :func:`numba_cache.keys.rewrites.complete_rewrites_digest`; an
+        unreadable or damaged record reads as empty.
+        """
+        return self._registries(fingerprint).get(partial)
+
+    def record_completed_registry(self, fingerprint: str, partial: str, complete: str) -> None:
+        """Remember that the registry digest `partial` completes to `complete`.
+
+        Written atomically beside the entries (a concurrent writer can win the
+        race, costing a later process one recomputation); silent when the store
+        is read-only, disabled or cannot be written, since it only saves time.
+        """
+        check_name("fingerprint", fingerprint)
+        if self.settings.disabled or self.readonly:
+            return
+        known = self._registries(fingerprint) | {partial: complete}
+        text = json.dumps({"fingerprint": fingerprint, "complete": known}, sort_keys=True)
+        with contextlib.suppress(OSError):
+            self._backend.put_file(self.root / fingerprint / REGISTRIES_NAME, text.encode())
+
+    def _registries(self, fingerprint: str) -> dict[str, str]:
+        check_name("fingerprint", fingerprint)
+        try:
+            recorded = json.loads((self.root / fingerprint / REGISTRIES_NAME).read_bytes())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
+            return {}
+        known = recorded.get("complete")
+        if not isinstance(known, dict):
+            return {}
+        return {
+            partial: complete for partial, complete in known.items()
+            if is_sha256_hex(partial) and isinstance(complete, str) and is_sha256_hex(complete)
+        }
 
     def source_path(self, fingerprint: str, key: str) -> Path:
         """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""
