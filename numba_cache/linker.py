@@ -12,7 +12,9 @@ from pytensor.compile.mode import Mode, predefined_linkers, predefined_modes, re
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.basic import JITLinker
 from pytensor.link.numba.linker import NumbaLinker
+from pytensor.link.utils import raise_with_op
 
+from numba_cache.codegen.thunk import direct_thunk
 from numba_cache.kernels import fork_safety
 
 MODE_NAME = "NUMBA_CACHE"
@@ -32,7 +34,7 @@ class NumbaCacheLinker(JITLinker):
 
         key = getattr(fgraph, GRAPH_KEY_ATTRIBUTE, None)
         kernel = graph_kernel(fgraph, current_context(), storage_map, key=key)
-        self._hidden_cells = [[value] for value in kernel.hidden_values]
+        self._hidden_values = kernel.hidden_values
         return kernel
 
     def jit_compile(self, kernel):
@@ -41,7 +43,24 @@ class NumbaCacheLinker(JITLinker):
     def create_thunk_inputs(self, storage_map):
         # Large constants travel as trailing arguments (numba_cache.keys.constants).
         inputs = [storage_map[variable] for variable in self.fgraph.inputs]
-        return inputs + self._hidden_cells
+        return inputs + [[value] for value in self._hidden_values]
+
+    def create_jitable_thunk(self, compute_map, order, input_storage, output_storage, storage_map):
+        """PyTensor's thunk, replaced by a generated one that calls the kernel directly."""
+        thunks, output_nodes, kernel = super().create_jitable_thunk(
+            compute_map, order, input_storage, output_storage, storage_map
+        )
+        [generic] = thunks
+        if not generic.outputs:
+            return thunks, output_nodes, kernel
+
+        def failed():
+            raise_with_op(self.fgraph, output_nodes[0], thunk)
+
+        input_cells = [storage_map[variable] for variable in self.fgraph.inputs]
+        thunk = direct_thunk(kernel, input_cells, self._hidden_values, generic.outputs, failed)
+        thunk.inputs, thunk.outputs, thunk.lazy = generic.inputs, generic.outputs, False
+        return [thunk], output_nodes, kernel
 
 
 class NumbaCacheMode(Mode):
