@@ -52,7 +52,8 @@ def source_of(name: str) -> str:
 
 
 def make_entry(name: str, kernel_size: int = 1000, fingerprint: str = FINGERPRINT) -> Entry:
-    kernel = (name.encode() * kernel_size)[:kernel_size]
+    # Incompressible, so the sizes the eviction tests count are the sizes on disk.
+    kernel = hashlib.shake_256(name.encode()).digest(kernel_size)
     return Entry(
         key=digest(name),
         fingerprint=fingerprint,
@@ -748,3 +749,49 @@ def test_verify_finds_problems_then_repairs_them(tmp_path):
     assert store.source_path(FINGERPRINT, mismatched.key).read_text() == source_of("mismatched")
     assert set(keys_of(store.entries())) == {good.key, mismatched.key, unindexed.key}
     assert store.load(FINGERPRINT, good.key).blobs == good.blobs
+
+
+# Record format
+
+
+def test_blobs_are_compressed_when_that_makes_them_smaller():
+    entry = make_entry("compressible")
+    entry.blobs["kernel"] = b"\x90" * 100_000  # like runs of padding in object code
+    data = record.encode(entry)
+    assert len(data) < 10_000
+    assert record.decode(data, entry.fingerprint, entry.key).blobs == entry.blobs
+    incompressible = make_entry("random", kernel_size=5000)
+    decoded = record.decode(record.encode(incompressible), FINGERPRINT, incompressible.key)
+    assert decoded.blobs == incompressible.blobs
+
+
+def _format_2_record(entry: Entry) -> bytes:
+    """A record as numba_cache 0.1's first format wrote it: raw blobs, no encodings."""
+    metadata = {
+        "key": entry.key, "fingerprint": entry.fingerprint, "kind": entry.kind,
+        "summary": entry.summary, "components": entry.components, "cacheable": True,
+        "reason": None, "created": entry.created, "tool_version": "0.1.0",
+        "blobs": [{"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+                  for name, data in entry.blobs.items()],
+    }
+    text = json.dumps(metadata).encode()
+    header = b"NBCACHE2" + len(text).to_bytes(4, "big") + hashlib.sha256(text).digest()
+    return header + text + b"".join(entry.blobs.values())
+
+
+def test_format_2_records_are_still_read():
+    entry = make_entry("old")
+    decoded = record.decode(_format_2_record(entry), FINGERPRINT, entry.key)
+    assert decoded.blobs == entry.blobs and decoded.summary == entry.summary
+
+
+def test_a_blob_that_decodes_to_another_size_is_corrupt():
+    entry = make_entry("sized")
+    entry.blobs["kernel"] = b"\x90" * 1000
+    data = record.encode(entry)
+    lying = data.replace(b'"decoded_size":1000', b'"decoded_size":1001')
+    text_size = int.from_bytes(lying[8:12], "big")
+    text = lying[44:44 + text_size]
+    lying = lying[:12] + hashlib.sha256(text).digest() + lying[44:]  # a valid metadata checksum
+    with pytest.raises(CorruptEntry, match="wrong size"):
+        record.decode(lying, FINGERPRINT, entry.key)

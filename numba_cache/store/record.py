@@ -2,16 +2,21 @@
 
 A record is::
 
-    b"NBCACHE2" | metadata length (4 bytes, big-endian) | SHA-256 of the metadata (32 bytes)
+    b"NBCACHE3" | metadata length (4 bytes, big-endian) | SHA-256 of the metadata (32 bytes)
                 | metadata (JSON, UTF-8) | blobs
 
 The metadata names the entry (``key``, ``fingerprint``), describes it (``kind``,
 ``summary``, ``components``, ``cacheable``, ``reason``, ``created``,
-``tool_version``) and lists the blobs in order as ``{"name", "size", "sha256"}``;
-the blobs follow, concatenated. Every byte is covered: the magic and lengths are
-checked, the metadata by its checksum, each blob by the checksum the metadata
-holds. So a truncated, bit-flipped or misplaced record is a :class:`CorruptEntry`,
-never a wrong kernel nor an entry that merely reads differently.
+``tool_version``) and lists the blobs in order as ``{"name", "size", "sha256",
+"encoding", "decoded_size"}``; the blobs follow, concatenated. ``size`` and
+``sha256`` describe the stored bytes, which are zlib-compressed (level 1: object
+code shrinks to about a third, and decompressing a kernel costs about a
+millisecond) unless that would not make them smaller (``encoding`` ``"raw"``).
+Every byte is covered: the magic and lengths are checked, the metadata by its
+checksum, each blob by the checksum the metadata holds and by its decoded size.
+So a truncated, bit-flipped or misplaced record is a :class:`CorruptEntry`,
+never a wrong kernel nor an entry that merely reads differently. Records of
+format 2 (``NBCACHE2``: the same, every blob raw, no encoding fields) are read.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import zlib
 from importlib.metadata import PackageNotFoundError, version
 
 from .entry import KINDS, Entry, check_address
 
-MAGIC = b"NBCACHE2"
+MAGIC = b"NBCACHE3"
+_FORMAT_2_MAGIC = b"NBCACHE2"
+_COMPRESSION_LEVEL = 1
 _LENGTH = struct.Struct(">I")
 _DIGEST_SIZE = hashlib.sha256().digest_size
 _HEADER_SIZE = len(MAGIC) + _LENGTH.size + _DIGEST_SIZE
@@ -56,7 +64,7 @@ def encode(entry: Entry) -> bytes:
         raise ValueError(f"kind must be one of {KINDS}, got {entry.kind!r}")
     if not entry.cacheable and (entry.blobs or not entry.reason):
         raise ValueError("an uncacheable marker needs a reason and no blobs")
-    blobs = list(entry.blobs.items())
+    stored = [(name, data, *_stored_form(data)) for name, data in entry.blobs.items()]
     metadata = {
         "key": entry.key,
         "fingerprint": entry.fingerprint,
@@ -68,8 +76,9 @@ def encode(entry: Entry) -> bytes:
         "created": entry.created,
         "tool_version": TOOL_VERSION,
         "blobs": [
-            {"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-            for name, data in blobs
+            {"name": name, "size": len(form), "sha256": hashlib.sha256(form).hexdigest(),
+             "encoding": encoding, "decoded_size": len(data)}
+            for name, data, encoding, form in stored
         ],
     }
     try:
@@ -77,7 +86,12 @@ def encode(entry: Entry) -> bytes:
     except (TypeError, ValueError) as error:
         raise ValueError(f"the metadata of an entry must be JSON-serializable: {error}") from None
     header = [MAGIC, _LENGTH.pack(len(text)), hashlib.sha256(text).digest()]
-    return b"".join([*header, text, *(data for _, data in blobs)])
+    return b"".join([*header, text, *(form for *_, form in stored)])
+
+
+def _stored_form(data: bytes) -> tuple[str, bytes]:
+    compressed = zlib.compress(data, _COMPRESSION_LEVEL)
+    return ("zlib", compressed) if len(compressed) < len(data) else ("raw", data)
 
 
 def decode(record: bytes, fingerprint: str, key: str) -> Entry:
@@ -86,8 +100,9 @@ def decode(record: bytes, fingerprint: str, key: str) -> Entry:
     Raises :class:`CorruptEntry` if anything is off: magic, lengths, checksums, JSON,
     field types, or a record that belongs to another key or fingerprint.
     """
-    if len(record) < _HEADER_SIZE or not record.startswith(MAGIC):
+    if len(record) < _HEADER_SIZE or not record.startswith((MAGIC, _FORMAT_2_MAGIC)):
         raise CorruptEntry("not a numba_cache record (bad magic or too short)")
+    format_2 = record.startswith(_FORMAT_2_MAGIC)
     (text_size,) = _LENGTH.unpack_from(record, len(MAGIC))
     blobs_start = _HEADER_SIZE + text_size
     if blobs_start > len(record):
@@ -99,7 +114,7 @@ def decode(record: bytes, fingerprint: str, key: str) -> Entry:
         metadata = json.loads(text.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise CorruptEntry(f"unreadable metadata: {error}") from None
-    _check_metadata(metadata)
+    _check_metadata(metadata, format_2)
     if metadata["key"] != key or metadata["fingerprint"] != fingerprint:
         raise CorruptEntry("record belongs to another key or fingerprint")
     blobs = _read_blobs(record, blobs_start, metadata["blobs"])
@@ -133,7 +148,7 @@ _FIELD_TYPES = {
 }
 
 
-def _check_metadata(metadata: object) -> None:
+def _check_metadata(metadata: object, format_2: bool = False) -> None:
     if not isinstance(metadata, dict):
         raise CorruptEntry("metadata is not a JSON object")
     for name, expected in _FIELD_TYPES.items():
@@ -151,6 +166,15 @@ def _check_metadata(metadata: object) -> None:
             and isinstance(blob.get("sha256"), str)
         ):
             raise CorruptEntry("malformed blob description")
+        if format_2:
+            # A format-3 record whose magic lost a bit must not read as raw blobs.
+            if "encoding" in blob or "decoded_size" in blob:
+                raise CorruptEntry("blob encodings in a format 2 record")
+            blob.update(encoding="raw", decoded_size=blob["size"])
+        if blob.get("encoding") not in ("raw", "zlib") or not isinstance(
+            blob.get("decoded_size"), int
+        ):
+            raise CorruptEntry("blob description without a known encoding and decoded size")
 
 
 def _read_blobs(record: bytes, start: int, descriptions: list[dict]) -> dict[str, bytes]:
@@ -165,8 +189,19 @@ def _read_blobs(record: bytes, start: int, descriptions: list[dict]) -> dict[str
             raise CorruptEntry(f"blob {description['name']!r} fails its checksum")
         if description["name"] in blobs:
             raise CorruptEntry(f"blob {description['name']!r} appears twice")
-        blobs[description["name"]] = data
+        blobs[description["name"]] = _decoded(data, description)
         start = end
     if start != len(record):
         raise CorruptEntry("trailing bytes after the last blob")
     return blobs
+
+
+def _decoded(data: bytes, description: dict) -> bytes:
+    if description["encoding"] == "zlib":
+        try:
+            data = zlib.decompress(data)
+        except zlib.error as error:
+            raise CorruptEntry(f"blob {description['name']!r} does not decompress: {error}") from None
+    if len(data) != description["decoded_size"]:
+        raise CorruptEntry(f"blob {description['name']!r} decodes to the wrong size")
+    return data
