@@ -146,7 +146,9 @@ _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdSMHD]?)\s*$")
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 _PARSERS = {
-    "root": lambda text, what: Path(text).expanduser(),
+    # Absolute: a relative root would break the index's file URI (and mean another
+    # store after a chdir).
+    "root": lambda text, what: Path(text).expanduser().absolute(),
     "disabled": parse_bool,
     "readonly": parse_bool,
     "max_size": parse_size,
