@@ -124,8 +124,8 @@ def _remote(counters: dict) -> str:
                             ("rejected", "rejected"), ("damaged", "damaged"),
                             ("published", "published"), ("too_large", "too large"))
     )
-    moved = f"{human_size(figures.get('bytes_in', 0))} in, {human_size(figures.get('bytes_out', 0))} out"
-    return f"{where}: {text}; {moved}"
+    moved_in, moved_out = (human_size(figures.get(name, 0)) for name in ("bytes_in", "bytes_out"))
+    return f"{where}: {text}; {moved_in} in, {moved_out} out"
 
 
 def _uncacheable(by_reason: dict, markers: int) -> str:

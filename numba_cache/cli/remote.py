@@ -24,7 +24,7 @@ def register(commands, common) -> None:
                                  ("clear", remote_clear)):
         parser = commands.choices[name]
         parser.add_argument("--remote", action="store_true",
-                            help="the shared tier on Redis (NBCACHE_REMOTE) instead of the local store")
+                            help="the shared tier on Redis (NBCACHE_REMOTE), not the local store")
         parser.set_defaults(handler=_either(parser.get_default("handler"), remote_handler))
 
 
@@ -50,7 +50,11 @@ def _entries(tier: RemoteTier) -> list[tuple[str, str, int, float]]:
     try:
         return tier.entries()
     except Exception as error:  # the client's errors have no common base with OSError
-        raise CliError(f"the remote cache {tier.url} failed: {type(error).__name__}: {error}") from None
+        raise _server_error(tier, error) from None
+
+
+def _server_error(tier: RemoteTier, error: Exception) -> CliError:
+    return CliError(f"the remote cache {tier.url} failed: {type(error).__name__}: {error}")
 
 
 def remote_stats(args) -> int:
@@ -82,7 +86,8 @@ def remote_stats(args) -> int:
         rows = [
             (fingerprint[:DIGEST_DIGITS], str(figures["entries"]), human_size(figures["bytes"]),
              "current" if fingerprint == current else "")
-            for fingerprint, figures in sorted(per_fingerprint.items(), key=lambda item: -item[1]["bytes"])
+            for fingerprint, figures in sorted(per_fingerprint.items(),
+                                               key=lambda item: -item[1]["bytes"])
         ]
         print()
         print(table(("FINGERPRINT", "ENTRIES", "SIZE", "VS THIS ENVIRONMENT"), rows,
@@ -112,12 +117,13 @@ def remote_list(args) -> int:
     now = time.time()
     print(table(
         ("KEY", "FINGERPRINT", "SIZE", "WRITTEN"),
-        [(key[:DIGEST_DIGITS], fingerprint[:DIGEST_DIGITS], human_size(size), human_age(written, now))
-         for fingerprint, key, size, written in shown],
+        [(key[:DIGEST_DIGITS], fingerprint[:DIGEST_DIGITS], human_size(size),
+          human_age(written, now)) for fingerprint, key, size, written in shown],
         right=("SIZE", "WRITTEN"),
     ))
     of_all = f" (showing {len(shown)})" if len(shown) < len(rows) else ""
-    print(f"{plural(len(rows), 'entry')}, {human_size(sum(row[2] for row in rows))} in {tier.url}{of_all}")
+    total = human_size(sum(row[2] for row in rows))
+    print(f"{plural(len(rows), 'entry')}, {total} in {tier.url}{of_all}")
     return 0
 
 
@@ -144,14 +150,15 @@ def remote_clear(args) -> int:
     if not chosen:
         print(json.dumps({"deleted": 0, "bytes": 0}) if args.json else f"no entries {scope}")
         return 0
-    if not args.yes and not confirm(f"Delete {plural(len(chosen), 'entry')} ({human_size(size)}) {scope}?"):
+    question = f"Delete {plural(len(chosen), 'entry')} ({human_size(size)}) {scope}?"
+    if not args.yes and not confirm(question):
         print("nothing deleted")
         return 1
     try:
         for fingerprint, key, _, _ in chosen:
             tier.remove(fingerprint, key)
     except Exception as error:  # the client's errors have no common base with OSError
-        raise CliError(f"the remote cache {tier.url} failed: {type(error).__name__}: {error}") from None
+        raise _server_error(tier, error) from None
     if args.json:
         print(json.dumps({"deleted": len(chosen), "bytes": size}))
     else:

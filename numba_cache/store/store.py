@@ -401,7 +401,9 @@ class Store:
         """The entry from the remote tier, written back locally; None on a miss."""
         if self.remote is None:
             return None
-        fetched = self.remote.fetch(fingerprint, key, lambda data: record.decode(data, fingerprint, key))
+        fetched = self.remote.fetch(
+            fingerprint, key, lambda data: record.decode(data, fingerprint, key)
+        )
         if fetched is None:
             return None
         entry, data, source = fetched
