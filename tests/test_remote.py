@@ -289,3 +289,44 @@ def test_command_line_stats_list_and_clear_the_remote_tier(remote, published, tm
     cleared = cli("clear", "--remote", "--yes", "--json", env=env)
     assert json.loads(cleared.stdout)["deleted"] == len(names)
     assert remote_names(remote) == set()
+
+
+# The envelope and the settings, without a server
+
+
+FINGERPRINT, KEY, OTHER_KEY = "a" * 64, "b" * 64, "c" * 64
+
+
+def test_an_envelope_opens_only_intact_with_its_secret_at_its_address():
+    sealed = envelope.seal(FINGERPRINT, KEY, b"record", b"source", SECRET.encode())
+    assert envelope.open_envelope(sealed, FINGERPRINT, KEY, SECRET.encode(), 1024) == (
+        b"record", b"source")
+    with pytest.raises(envelope.BadSignature):
+        envelope.open_envelope(sealed, FINGERPRINT, KEY, OTHER_SECRET.encode(), 1024)
+    with pytest.raises(envelope.BadSignature):
+        envelope.open_envelope(sealed, FINGERPRINT, OTHER_KEY, SECRET.encode(), 1024)
+    flipped = bytearray(sealed)
+    flipped[-1] ^= 1
+    with pytest.raises(envelope.DamagedEnvelope):
+        envelope.open_envelope(bytes(flipped), FINGERPRINT, KEY, SECRET.encode(), 1024)
+    with pytest.raises(envelope.DamagedEnvelope):
+        envelope.open_envelope(sealed[:-3], FINGERPRINT, KEY, SECRET.encode(), 1024)
+
+
+def test_an_envelope_that_would_inflate_past_the_limit_is_refused():
+    bomb = envelope.seal(FINGERPRINT, KEY, bytes(10**6), b"", SECRET.encode())
+    assert len(bomb) < 2000
+    with pytest.raises(envelope.DamagedEnvelope, match="inflates past"):
+        envelope.open_envelope(bomb, FINGERPRINT, KEY, SECRET.encode(), 10**5)
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("NBCACHE_REMOTE", "http://cache:6379", "is not a Redis URL"),
+    ("NBCACHE_REMOTE_PREFIX", "a b*", "cannot be a key prefix"),
+    ("NBCACHE_REMOTE_TTL", "soon", "cannot read 'soon' as a duration"),
+    ("NBCACHE_REMOTE_TIMEOUT", "0", "must be positive"),
+])
+def test_bad_remote_settings_are_one_line_errors(variable, value, message):
+    result = cli("stats", "--remote", env={variable: value})
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr and variable in result.stderr
