@@ -178,6 +178,15 @@ def test_server_failing_mid_run_degrades_to_local_with_one_warning(tmp_path, mon
     assert len(remote_warnings) == 1 and "using the local cache only" in remote_warnings[0]
 
 
+def test_the_secret_can_come_from_a_file(remote, published, monkeypatch, tmp_path):
+    seed(remote, published)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")  # as `echo` or an editor writes it
+    monkeypatch.delenv("NBCACHE_REMOTE_SECRET")
+    report = machine(tmp_path / "store", GRAPHS, NBCACHE_REMOTE_SECRET_FILE=str(secret_file))
+    assert report["compiled"] == [] and report["remote"]["hit"] > 0
+
+
 def test_damaged_entries_are_misses_and_are_repaired(remote, published, tmp_path):
     names = sorted(seed(remote, published))
     client = remote["client"]
