@@ -9,13 +9,13 @@ outside the counted compiles): it checks this machine's numba, not the cache.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -81,12 +81,15 @@ def cli(*arguments: str, env: dict | None = None) -> subprocess.CompletedProcess
     )
 
 
-def start_server(directory: Path):
-    """The server context manager; a failure to start fails in CI and skips elsewhere."""
-    try:
-        return redis_server(directory)
-    except ServerUnavailable as problem:
-        _unavailable(problem)
+@contextlib.contextmanager
+def start_server(directory: Path) -> Iterator[RedisServer]:
+    """A running server; a failure to start fails the test in CI and skips it elsewhere."""
+    with contextlib.ExitStack() as stack:
+        try:
+            running = stack.enter_context(redis_server(directory))
+        except ServerUnavailable as problem:
+            _unavailable(problem)
+        yield running
 
 
 def _unavailable(problem: Exception):
@@ -96,12 +99,9 @@ def _unavailable(problem: Exception):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> RedisServer:
-    try:
-        with redis_server(tmp_path_factory.mktemp("redis")) as running:
-            yield running
-    except ServerUnavailable as problem:
-        _unavailable(problem)
+def server(tmp_path_factory) -> Iterator[RedisServer]:
+    with start_server(tmp_path_factory.mktemp("redis")) as running:
+        yield running
 
 
 @pytest.fixture
