@@ -4,7 +4,8 @@ Every setting has three sources, highest priority first:
 
 1. Python: ``numba_cache.settings.configure(root=..., max_size="2G", ...)``;
 2. the environment: ``NBCACHE_DIR``, ``NBCACHE_DISABLE``, ``NBCACHE_READONLY``,
-   ``NBCACHE_MAX_SIZE``, ``NBCACHE_LOCK_TIMEOUT``;
+   ``NBCACHE_MAX_SIZE``, ``NBCACHE_LOCK_TIMEOUT``, and ``NBCACHE_REMOTE...`` for the
+   shared tier on Redis (see :mod:`numba_cache.store.remote`);
 3. the defaults in :data:`DEFAULTS`.
 
 The environment is read on every call of :func:`current`, so a subprocess or a
@@ -29,6 +30,18 @@ DEFAULTS = {
     "disabled": False,
     "readonly": False,
     "lock_timeout": 600.0,
+    # The shared tier on Redis: off unless a URL is given.
+    "remote": None,
+    "remote_prefix": "nbcache",
+    "remote_readonly": False,
+    "remote_secret": None,
+    "remote_secret_file": None,
+    "remote_ttl": 30 * 86400.0,
+    "remote_max_size": 64 * 1024**2,
+    # A compile must never wait for a slow or vanished server for long.
+    "remote_connect_timeout": 0.25,
+    "remote_timeout": 0.5,
+    "remote_backoff": 60.0,
 }
 
 #: Environment variable of each setting.
@@ -38,6 +51,16 @@ ENVIRONMENT = {
     "readonly": "NBCACHE_READONLY",
     "max_size": "NBCACHE_MAX_SIZE",
     "lock_timeout": "NBCACHE_LOCK_TIMEOUT",
+    "remote": "NBCACHE_REMOTE",
+    "remote_prefix": "NBCACHE_REMOTE_PREFIX",
+    "remote_readonly": "NBCACHE_REMOTE_READONLY",
+    "remote_secret": "NBCACHE_REMOTE_SECRET",
+    "remote_secret_file": "NBCACHE_REMOTE_SECRET_FILE",
+    "remote_ttl": "NBCACHE_REMOTE_TTL",
+    "remote_max_size": "NBCACHE_REMOTE_MAX_SIZE",
+    "remote_connect_timeout": "NBCACHE_REMOTE_CONNECT_TIMEOUT",
+    "remote_timeout": "NBCACHE_REMOTE_TIMEOUT",
+    "remote_backoff": "NBCACHE_REMOTE_BACKOFF",
 }
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -88,12 +111,58 @@ def _parse_float(text: str, what: str) -> float:
     return value
 
 
+def _parse_remote_url(text: str, what: str) -> str:
+    url = text.strip()
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise SettingsError(
+            f"{what}: {text!r} is not a Redis URL; use redis://host:port/db "
+            "(rediss:// for TLS, unix:///path/to/socket)"
+        )
+    return url
+
+
+def _parse_prefix(text: str, what: str) -> str:
+    if not _PREFIX_RE.fullmatch(text):
+        raise SettingsError(
+            f"{what}: {text!r} cannot be a key prefix; use letters, digits and . _ - / only"
+        )
+    return text
+
+
+def _parse_ttl(text: str, what: str) -> float:
+    """Seconds, or a number with the unit s, m, h or d; 0 keeps entries until deleted."""
+    match = _DURATION_RE.match(text)
+    if not match:
+        raise SettingsError(
+            f"{what}: cannot read {text!r} as a duration; use seconds or a number with "
+            "the unit s, m, h or d (for example 30d); 0 means no expiry"
+        )
+    number, unit = match.groups()
+    return float(number) * _DURATION_UNITS[unit.lower()]
+
+
+_PREFIX_RE = re.compile(r"[A-Za-z0-9._/-]+")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdSMHD]?)\s*$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
 _PARSERS = {
-    "root": lambda text, what: Path(text).expanduser(),
+    # Absolute: a relative root would break the index's file URI (and mean another
+    # store after a chdir).
+    "root": lambda text, what: Path(text).expanduser().absolute(),
     "disabled": parse_bool,
     "readonly": parse_bool,
     "max_size": parse_size,
     "lock_timeout": _parse_float,
+    "remote": _parse_remote_url,
+    "remote_prefix": _parse_prefix,
+    "remote_readonly": parse_bool,
+    "remote_secret": lambda text, what: text,
+    "remote_secret_file": lambda text, what: Path(text).expanduser(),
+    "remote_ttl": _parse_ttl,
+    "remote_max_size": parse_size,
+    "remote_connect_timeout": _parse_float,
+    "remote_timeout": _parse_float,
+    "remote_backoff": _parse_float,
 }
 
 
@@ -106,6 +175,16 @@ class Settings:
     readonly: bool
     max_size: int
     lock_timeout: float
+    remote: str | None
+    remote_prefix: str
+    remote_readonly: bool
+    remote_secret: str | None = field(repr=False)  # never printed by accident
+    remote_secret_file: Path | None
+    remote_ttl: float
+    remote_max_size: int
+    remote_connect_timeout: float
+    remote_timeout: float
+    remote_backoff: float
     sources: dict = field(compare=False)
 
     def source_of(self, name: str) -> str:
@@ -131,7 +210,8 @@ def configure(**overrides) -> Settings:
             )
         if value is None:
             _overrides.pop(name, None)
-        elif isinstance(value, str) or name == "root":
+        elif isinstance(value, (str, Path)) or DEFAULTS.get(name) is None:
+            # Settings without a typed default (root, remote URL, secret) are text or paths.
             _overrides[name] = _PARSERS[name](str(value), name)
         else:
             _overrides[name] = type(DEFAULTS[name])(value)

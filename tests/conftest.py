@@ -14,6 +14,10 @@ def private_store(tmp_path, monkeypatch):
     monkeypatch.setenv("NBCACHE_DIR", str(root))
     for variable in ("NBCACHE_DISABLE", "NBCACHE_READONLY", "NBCACHE_MAX_SIZE"):
         monkeypatch.delenv(variable, raising=False)
+    # A developer's shared cache must not take part in the tests (tests/test_remote.py sets its own).
+    for variable in settings.ENVIRONMENT.values():
+        if variable.startswith("NBCACHE_REMOTE"):
+            monkeypatch.delenv(variable, raising=False)
     yield root
     settings.configure(**{name: None for name in settings.ENVIRONMENT})
 

@@ -9,6 +9,7 @@ from numba_cache.cli.access import open_store
 from numba_cache.cli.formatting import human_size, plural, table
 from numba_cache.components import DIGEST_DIGITS
 from numba_cache.keys import current_fingerprint
+from numba_cache.store.remote import display_url
 
 
 def register(commands, common) -> None:
@@ -71,6 +72,8 @@ def command_stats(args) -> int:
         ("corrupt", str(counters.get("corrupt", 0))),
         ("write errors", str(counters.get("write_error", 0))),
     ]
+    if settings_module.current().remote or any(name.startswith("remote:") for name in counters):
+        rows.append(("remote", _remote(counters)))
     width = max(len(name) for name, _ in rows)
     print("\n".join(f"{name:<{width}}  {value}" for name, value in rows))
     if stats["fingerprints"]:
@@ -107,6 +110,22 @@ def _by_kind(counters: dict, outcome: str) -> str:
     total = sum(per_kind.values())
     details = ", ".join(f"{value} {kind}" for kind, value in per_kind.items())
     return f"{total} ({details})" if details else str(total)
+
+
+def _remote(counters: dict) -> str:
+    """The remote tier's counters (see :mod:`numba_cache.store.remote.tier`) in one line."""
+    current = settings_module.current()
+    where = display_url(current.remote) if current.remote else "not configured now"
+    figures = {name.removeprefix("remote:"): value for name, value in counters.items()
+               if name.startswith("remote:")}
+    text = ", ".join(
+        f"{figures.get(name, 0)} {label}"
+        for name, label in (("hit", "hits"), ("miss", "misses"), ("error", "errors"),
+                            ("rejected", "rejected"), ("damaged", "damaged"),
+                            ("published", "published"), ("too_large", "too large"))
+    )
+    moved_in, moved_out = (human_size(figures.get(name, 0)) for name in ("bytes_in", "bytes_out"))
+    return f"{where}: {text}; {moved_in} in, {moved_out} out"
 
 
 def _uncacheable(by_reason: dict, markers: int) -> str:

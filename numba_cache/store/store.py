@@ -21,6 +21,7 @@ from .index import Index
 from .local import LocalBackend, make_private_dirs
 from .notices import warn_once
 from .record import CorruptEntry
+from .remote import RemoteConfigError, RemoteTier, open_tier
 from .verify import Problem, verify
 
 INDEX_NAME = "index.sqlite3"
@@ -43,6 +44,10 @@ class Store:
     each with one :class:`StoreWarning` per process. The store is read-only when
     ``settings.readonly`` is set or when its root is not writable, or cannot be
     created (below a regular file, in a directory that is not writable).
+
+    With ``settings.remote`` set, a shared server is the second level
+    (:mod:`.remote`): a local miss is looked up there and a hit written back
+    locally; a saved entry is published there.
     """
 
     def __init__(self, settings: Settings):
@@ -57,6 +62,7 @@ class Store:
             on_disk_failure=self._warn_cannot_write,
         )
         _warn_if_writable_by_others(self.root)
+        self.remote = self._open_remote()
 
     def load(self, fingerprint: str, key: str) -> Entry | None:
         """The entry with its blobs, or None if there is none (or it is corrupt).
@@ -75,7 +81,7 @@ class Store:
             if data is None:
                 if not self.readonly:
                     self._index.drop([(fingerprint, key)])
-                return None
+                return self._load_remote(fingerprint, key)
             entry = record.decode(data, fingerprint, key)
         except PermissionError as error:  # not damage: nothing to count or remove
             warn_once(
@@ -130,6 +136,8 @@ class Store:
         checkpoints.reached("before-index")
         size = len(data) + (len(source.encode()) if source is not None else 0)
         self._index.insert(entry, size, time.time())
+        if self.remote is not None:
+            self.remote.publish(entry.fingerprint, entry.key, data, source)
         total = self._index.total_size()
         if total is not None and total > self.settings.max_size:
             self.evict_to(int(self.settings.max_size * EVICTION_TARGET), timeout=0)
@@ -418,6 +426,39 @@ class Store:
         finally:
             entry_lock.release()
         return True
+
+    def _open_remote(self) -> RemoteTier | None:
+        """The remote tier of the settings, or None (warned once) if it cannot start."""
+        if self.settings.remote is None or self.settings.disabled:
+            return None
+        try:
+            return open_tier(self.settings, self.count)
+        except RemoteConfigError as problem:
+            warn_once(("remote config", self.settings.remote), f"numba_cache: {problem}")
+            return None
+
+    def _load_remote(self, fingerprint: str, key: str) -> Entry | None:
+        """The entry from the remote tier, written back locally; None on a miss."""
+        if self.remote is None:
+            return None
+        fetched = self.remote.fetch(
+            fingerprint, key, lambda data: record.decode(data, fingerprint, key)
+        )
+        if fetched is None:
+            return None
+        entry, data, source = fetched
+        entry.size = len(data) + len(source)
+        if self.readonly:
+            return entry
+        try:
+            # Not through save: the entry came from the server, it goes back to no server.
+            text = source.decode(errors="replace") if source else None
+            self._backend.put(fingerprint, key, data, text)
+        except OSError as error:
+            self.report_write_error(fingerprint, error)
+            return entry
+        self._index.insert(entry, entry.size, time.time())
+        return entry
 
     def _discard_corrupt(self, fingerprint: str, key: str, problem: Exception) -> None:
         warn_once(

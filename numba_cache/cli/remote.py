@@ -1,0 +1,166 @@
+"""``--remote`` for ``stats``, ``list`` and ``clear``: the shared tier on Redis.
+
+Adds the flag to the commands the other modules define, and runs the remote
+variant when it is given. The server is asked directly (it is not mirrored
+locally); its failures are one-line errors like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+
+from numba_cache import settings as settings_module
+from numba_cache.cli.access import CliError, confirm, fingerprint_prefix
+from numba_cache.cli.formatting import human_age, human_size, plural, table
+from numba_cache.components import DIGEST_DIGITS
+from numba_cache.keys import current_fingerprint
+from numba_cache.store.remote import RemoteConfigError, RemoteTier, open_tier
+
+
+def register(commands, common) -> None:
+    for name, remote_handler in (("stats", remote_stats), ("list", remote_list),
+                                 ("clear", remote_clear)):
+        parser = commands.choices[name]
+        parser.add_argument("--remote", action="store_true",
+                            help="the shared tier on Redis (NBCACHE_REMOTE), not the local store")
+        parser.set_defaults(handler=_either(parser.get_default("handler"), remote_handler))
+
+
+def _either(local_handler, remote_handler):
+    def handler(args) -> int:
+        return remote_handler(args) if args.remote else local_handler(args)
+
+    return handler
+
+
+def open_remote() -> RemoteTier:
+    """The remote tier of the settings in force; CliError when there is none or it cannot start."""
+    current = settings_module.current()
+    if current.remote is None:
+        raise CliError("no remote cache configured: set NBCACHE_REMOTE=redis://host:port/db")
+    try:
+        return open_tier(current, lambda fingerprint, name, n: None)
+    except RemoteConfigError as problem:
+        raise CliError(str(problem)) from None
+
+
+def _entries(tier: RemoteTier) -> list[tuple[str, str, int, float]]:
+    try:
+        return tier.entries()
+    except Exception as error:  # the client's errors have no common base with OSError
+        raise _server_error(tier, error) from None
+
+
+def _server_error(tier: RemoteTier, error: Exception) -> CliError:
+    return CliError(f"the remote cache {tier.url} failed: {type(error).__name__}: {error}")
+
+
+def remote_stats(args) -> int:
+    if args.zero:
+        raise CliError("--zero resets the local counters; remote counters are kept locally too, "
+                       "run stats --zero without --remote")
+    tier = open_remote()
+    per_fingerprint: dict[str, dict] = defaultdict(lambda: {"entries": 0, "bytes": 0})
+    for fingerprint, _, size, _ in _entries(tier):
+        per_fingerprint[fingerprint]["entries"] += 1
+        per_fingerprint[fingerprint]["bytes"] += size
+    current = current_fingerprint().digest
+    summary = {
+        "url": tier.url,
+        "prefix": tier.backend.prefix,
+        "readonly": tier.readonly,
+        "entries": sum(figures["entries"] for figures in per_fingerprint.values()),
+        "bytes": sum(figures["bytes"] for figures in per_fingerprint.values()),
+        "fingerprints": dict(per_fingerprint),
+        "current_fingerprint": current,
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return 0
+    mode = "read-only" if tier.readonly else "read-write"
+    print(f"remote   {tier.url}  (prefix {tier.backend.prefix}, {mode})")
+    print(f"entries  {summary['entries']}, {human_size(summary['bytes'])} (compressed)")
+    if per_fingerprint:
+        rows = [
+            (fingerprint[:DIGEST_DIGITS], str(figures["entries"]), human_size(figures["bytes"]),
+             "current" if fingerprint == current else "")
+            for fingerprint, figures in sorted(per_fingerprint.items(),
+                                               key=lambda item: -item[1]["bytes"])
+        ]
+        print()
+        print(table(("FINGERPRINT", "ENTRIES", "SIZE", "VS THIS ENVIRONMENT"), rows,
+                    right=("ENTRIES", "SIZE")))
+    return 0
+
+
+def remote_list(args) -> int:
+    if args.kind is not None or args.sort == "hits":
+        raise CliError("the remote listing knows keys, sizes and write times only: "
+                       "--kind and --sort hits are for the local store")
+    tier = open_remote()
+    prefix = "" if args.fingerprint is None else fingerprint_prefix(args.fingerprint)
+    rows = [row for row in _entries(tier) if row[0].startswith(prefix)]
+    order = {"size": lambda row: row[2]}.get(args.sort, lambda row: row[3])
+    rows.sort(key=order, reverse=True)
+    shown = rows[: args.limit]
+    if args.json:
+        print(json.dumps({"url": tier.url, "entries": [
+            {"key": key, "fingerprint": fingerprint, "size": size, "written": written}
+            for fingerprint, key, size, written in shown
+        ]}, indent=2))
+        return 0
+    if not shown:
+        print(f"no entries in {tier.url}")
+        return 0
+    now = time.time()
+    print(table(
+        ("KEY", "FINGERPRINT", "SIZE", "WRITTEN"),
+        [(key[:DIGEST_DIGITS], fingerprint[:DIGEST_DIGITS], human_size(size),
+          human_age(written, now)) for fingerprint, key, size, written in shown],
+        right=("SIZE", "WRITTEN"),
+    ))
+    of_all = f" (showing {len(shown)})" if len(shown) < len(rows) else ""
+    total = human_size(sum(row[2] for row in rows))
+    print(f"{plural(len(rows), 'entry')}, {total} in {tier.url}{of_all}")
+    return 0
+
+
+def remote_clear(args) -> int:
+    tier = open_remote()
+    if tier.readonly:
+        raise CliError(f"cannot change the remote cache {tier.url}: NBCACHE_REMOTE_READONLY is set")
+    rows = _entries(tier)
+    if args.fingerprint is not None:
+        prefix = fingerprint_prefix(args.fingerprint)
+        matching = sorted({row[0] for row in rows if row[0].startswith(prefix)})
+        if len(matching) != 1:
+            raise CliError(f"{len(matching)} remote fingerprints start with {prefix}; "
+                           "give one (see numba-cache stats --remote)")
+        chosen = [row for row in rows if row[0] == matching[0]]
+        scope = f"of fingerprint {matching[0][:DIGEST_DIGITS]} in {tier.url}"
+    elif args.stale:
+        current = current_fingerprint().digest
+        chosen = [row for row in rows if row[0] != current]
+        scope = f"of fingerprints other than this environment's in {tier.url}"
+    else:
+        chosen, scope = rows, f"in {tier.url}"
+    size = sum(row[2] for row in chosen)
+    if not chosen:
+        print(json.dumps({"deleted": 0, "bytes": 0}) if args.json else f"no entries {scope}")
+        return 0
+    question = f"Delete {plural(len(chosen), 'entry')} ({human_size(size)}) {scope}?"
+    if not args.yes and not confirm(question):
+        print("nothing deleted")
+        return 1
+    try:
+        for fingerprint, key, _, _ in chosen:
+            tier.remove(fingerprint, key)
+    except Exception as error:  # the client's errors have no common base with OSError
+        raise _server_error(tier, error) from None
+    if args.json:
+        print(json.dumps({"deleted": len(chosen), "bytes": size}))
+    else:
+        print(f"deleted {plural(len(chosen), 'entry')} ({human_size(size)}) {scope}")
+    return 0

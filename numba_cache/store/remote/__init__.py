@@ -1,0 +1,10 @@
+"""The shared tier on a Redis server, behind the local store.
+
+:mod:`.envelope` signs and compresses records for the wire, :mod:`.redis_backend`
+moves them, :mod:`.breaker` keeps a failing server out of the compile path, and
+:mod:`.tier` puts these together for the :class:`~numba_cache.store.Store`.
+"""
+
+from .tier import RemoteConfigError, RemoteTier, display_url, open_tier
+
+__all__ = ["RemoteConfigError", "RemoteTier", "display_url", "open_tier"]

@@ -1,0 +1,107 @@
+"""The Redis backend: the :class:`~numba_cache.store.backend.Backend` interface on a server.
+
+Each entry is one Redis hash, ``<prefix>:<fingerprint>:<key>``, with the fields
+``envelope`` (the opaque bytes given to :meth:`RedisBackend.put`) and ``written``
+(when, in seconds since the epoch, for listings). One ``HSET`` writes both, so a
+reader sees the old entry or the new one, never a mix. Entries expire after the
+TTL; a hit renews it, so what a fleet uses stays and the rest ages out.
+
+Every method raises :class:`redis.exceptions.RedisError` (or OSError) when the server
+fails; deciding what that means is the tier's business (:mod:`.tier`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import redis
+
+from ..entry import is_sha256_hex
+
+ENVELOPE_FIELD = "envelope"
+WRITTEN_FIELD = "written"
+#: Keys asked for per SCAN round trip when listing.
+SCAN_BATCH = 500
+
+
+class RedisBackend:
+    """Entries on the Redis server at `url`, under the key prefix `prefix`.
+
+    `ttl` is in seconds (0: entries never expire); `readonly` skips renewing TTLs on
+    reads (writes are refused by the tier before they get here).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        *,
+        ttl: float,
+        connect_timeout: float,
+        timeout: float,
+        readonly: bool,
+    ):
+        self.prefix = prefix
+        self.ttl = int(ttl)
+        self.readonly = readonly
+        # No retries: a failed call opens the tier's circuit breaker instead.
+        self.client = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=connect_timeout,
+            socket_timeout=timeout,
+            retry_on_timeout=False,
+            health_check_interval=0,
+        )
+
+    def name(self, fingerprint: str, key: str) -> str:
+        return f"{self.prefix}:{fingerprint}:{key}"
+
+    def ping(self) -> None:
+        self.client.ping()
+
+    def get(self, fingerprint: str, key: str) -> bytes | None:
+        name = self.name(fingerprint, key)
+        if self.readonly or not self.ttl:
+            return self.client.hget(name, ENVELOPE_FIELD)
+        pipeline = self.client.pipeline(transaction=False)
+        pipeline.hget(name, ENVELOPE_FIELD)
+        pipeline.expire(name, self.ttl)
+        envelope, _ = pipeline.execute()
+        return envelope
+
+    def put(self, fingerprint: str, key: str, record: bytes, source: str | None = None) -> None:
+        """Store the envelope `record`; `source` is unused, the envelope carries it."""
+        name = self.name(fingerprint, key)
+        pipeline = self.client.pipeline(transaction=True)
+        pipeline.hset(name, mapping={ENVELOPE_FIELD: record, WRITTEN_FIELD: repr(time.time())})
+        if self.ttl:
+            pipeline.expire(name, self.ttl)
+        pipeline.execute()
+
+    def remove(self, fingerprint: str, key: str) -> None:
+        self.client.delete(self.name(fingerprint, key))
+
+    def list(self, fingerprint: str | None = None) -> Iterator[tuple[str, str, int, float]]:
+        # Prefixes are letters, digits and ._/- (see settings): no glob characters to escape.
+        pattern = f"{self.prefix}:{fingerprint or '*'}:*"
+        names = [name.decode() for name in self.client.scan_iter(match=pattern, count=SCAN_BATCH)]
+        for start in range(0, len(names), SCAN_BATCH):
+            batch = names[start : start + SCAN_BATCH]
+            pipeline = self.client.pipeline(transaction=False)
+            for name in batch:
+                pipeline.hstrlen(name, ENVELOPE_FIELD)
+                pipeline.hget(name, WRITTEN_FIELD)
+            answers = pipeline.execute()
+            for name, size, written in zip(batch, answers[::2], answers[1::2], strict=True):
+                fingerprint_, _, key = name[len(self.prefix) + 1 :].partition(":")
+                if not (is_sha256_hex(fingerprint_) and is_sha256_hex(key)) or not size:
+                    continue  # not ours, or expired between SCAN and now
+                yield fingerprint_, key, size, _seconds(written)
+
+
+def _seconds(written: bytes | None) -> float:
+    try:
+        return float(written)
+    except (TypeError, ValueError):
+        return 0.0

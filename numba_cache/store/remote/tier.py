@@ -1,0 +1,236 @@
+"""The remote tier: signed, compressed entries on a shared server, behind the local store.
+
+:class:`RemoteTier` is what the :class:`~numba_cache.store.Store` consults after a
+local miss and publishes to after a local save. It never raises for the server's
+sake: a failure or timeout is counted as ``remote:error``, warned once per process,
+and trips the :class:`~.breaker.Breaker`, so the following lookups go local-only
+until the back-off period is over. Counters (per fingerprint, in the local store):
+
+``remote:hit`` / ``remote:miss``
+    lookups the server answered with a usable entry / keys it did not have;
+``remote:error``
+    calls that failed or timed out;
+``remote:rejected``
+    entries refused for a signature that is not ours (another secret, a forgery,
+    an entry moved to another address); never loaded, never deleted;
+``remote:damaged``
+    entries that fail their checksums; deleted unless the tier is read-only;
+``remote:published`` / ``remote:too_large``
+    entries sent / kept local because their envelope exceeds ``remote_max_size``;
+``remote:bytes_in`` / ``remote:bytes_out``
+    envelope bytes fetched / sent.
+
+Misses, rejections and damage are counted once per process and key: a compile
+looks its key up again once it holds the key's lock, and that is not a second event.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from ...settings import Settings
+from ..notices import warn_once
+from . import envelope
+from .breaker import Breaker
+
+#: Shorter secrets are refused: an HMAC is only as strong as its key.
+MIN_SECRET_BYTES = 16
+
+_Decoded = TypeVar("_Decoded")
+
+
+class RemoteConfigError(Exception):
+    """The remote tier is configured but cannot start; the message says what to do."""
+
+
+def display_url(url: str) -> str:
+    """`url` without its password, for messages and listings."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def read_secret(settings: Settings) -> bytes:
+    """The shared secret from ``remote_secret`` or ``remote_secret_file``.
+
+    Raises :class:`RemoteConfigError` when there is none, it cannot be read, or it
+    is shorter than :data:`MIN_SECRET_BYTES`.
+    """
+    where = display_url(settings.remote)
+    if settings.remote_secret is not None:
+        secret, origin = settings.remote_secret.encode(), "NBCACHE_REMOTE_SECRET"
+    elif settings.remote_secret_file is not None:
+        origin = f"the secret file {settings.remote_secret_file}"
+        try:
+            # A trailing newline is what editors and `echo` add, not part of the secret.
+            secret = Path(settings.remote_secret_file).read_bytes().rstrip(b"\r\n")
+        except OSError as error:
+            raise RemoteConfigError(
+                f"the remote cache {where} is not used: cannot read {origin} "
+                f"({error.strerror or error})"
+            ) from None
+    else:
+        raise RemoteConfigError(
+            f"the remote cache {where} is not used: it needs a shared secret to sign and "
+            "check entries (they are pickles: loading one runs code). Set "
+            "NBCACHE_REMOTE_SECRET or NBCACHE_REMOTE_SECRET_FILE, the same on every machine."
+        )
+    if len(secret) < MIN_SECRET_BYTES:
+        raise RemoteConfigError(
+            f"the remote cache {where} is not used: the secret from {origin} is "
+            f"{len(secret)} bytes; use at least {MIN_SECRET_BYTES} random ones "
+            "(for example: python -c 'import secrets; print(secrets.token_hex(32))')"
+        )
+    return secret
+
+
+def open_tier(settings: Settings, count: Callable[[str, str, int], None]) -> RemoteTier:
+    """The remote tier of `settings` (which must name a server); `count` bumps a counter.
+
+    Connects lazily: nothing goes over the network until the first lookup. Raises
+    :class:`RemoteConfigError` when the tier cannot start (no secret, no client).
+    """
+    secret = read_secret(settings)
+    try:
+        from .redis_backend import RedisBackend
+    except ImportError:
+        raise RemoteConfigError(
+            f"the remote cache {display_url(settings.remote)} is not used: the redis "
+            "package is not installed (pip install 'numba_cache[remote]')"
+        ) from None
+    backend = RedisBackend(
+        settings.remote,
+        settings.remote_prefix,
+        ttl=settings.remote_ttl,
+        connect_timeout=settings.remote_connect_timeout,
+        timeout=settings.remote_timeout,
+        readonly=settings.remote_readonly,
+    )
+    return RemoteTier(settings, secret, backend, count)
+
+
+class RemoteTier:
+    """Entries of the local store's fingerprints on a shared server (see the module docstring).
+
+    `backend` moves envelopes (:class:`.redis_backend.RedisBackend`); `count(fingerprint,
+    name, n)` records counters.
+    """
+
+    def __init__(self, settings: Settings, secret: bytes, backend, count):
+        self.url = display_url(settings.remote)
+        self.readonly = settings.remote_readonly
+        self.max_size = settings.remote_max_size
+        self.backend = backend
+        self._secret = secret
+        self._count = count
+        self._breaker = Breaker(settings.remote_backoff)
+        self._counted: set[tuple[str, str, str]] = set()
+
+    def fetch(
+        self, fingerprint: str, key: str, decode: Callable[[bytes], _Decoded]
+    ) -> tuple[_Decoded, bytes, bytes] | None:
+        """``(decode(record), record, source)`` of the entry, or None on a miss.
+
+        The envelope's checksum and signature are verified first, then `decode`
+        must accept the record (it raises :class:`~numba_cache.store.CorruptEntry`
+        otherwise). Anything else is a miss, counted as such.
+        """
+        if not self._breaker.allows():
+            return None
+        try:
+            sealed = self.backend.get(fingerprint, key)
+        except Exception as error:  # any client failure means "no server"
+            self._failed(fingerprint, error)
+            return None
+        if sealed is None:
+            self._count_once(fingerprint, key, "remote:miss")
+            return None
+        self._count(fingerprint, "remote:bytes_in", len(sealed))
+        try:
+            data, source = envelope.open_envelope(
+                sealed, fingerprint, key, self._secret, self.max_size
+            )
+            decoded = decode(data)
+        except envelope.BadSignature as problem:
+            self._reject(fingerprint, key, problem)
+        except Exception as problem:  # a damaged envelope, or CorruptEntry
+            self._discard_damaged(fingerprint, key, problem)
+        else:
+            self._count(fingerprint, "remote:hit", 1)
+            return decoded, data, source
+        return None
+
+    def publish(self, fingerprint: str, key: str, record: bytes, source: str | None) -> bool:
+        """Send the entry to the server unless read-only, too large or unreachable; True if sent."""
+        if self.readonly or not self._breaker.allows():
+            return False
+        sealed = envelope.seal(
+            fingerprint, key, record, (source or "").encode(), self._secret
+        )
+        if len(sealed) > self.max_size:
+            self._count(fingerprint, "remote:too_large", 1)
+            return False
+        try:
+            self.backend.put(fingerprint, key, sealed)
+        except Exception as error:  # any client failure means "no server"
+            self._failed(fingerprint, error)
+            return False
+        self._count(fingerprint, "remote:published", 1)
+        self._count(fingerprint, "remote:bytes_out", len(sealed))
+        return True
+
+    def entries(self, fingerprint: str | None = None) -> list[tuple[str, str, int, float]]:
+        """``(fingerprint, key, size, written)`` of every entry on the server, oldest first.
+
+        For the command line: raises the client's error when the server fails.
+        """
+        return sorted(self.backend.list(fingerprint), key=lambda row: (row[3], row[1]))
+
+    def remove(self, fingerprint: str, key: str) -> None:
+        """Delete one entry; for the command line, which checked :attr:`readonly` first."""
+        self.backend.remove(fingerprint, key)
+
+    def _count_once(self, fingerprint: str, key: str, name: str) -> None:
+        if (fingerprint, key, name) not in self._counted:
+            self._counted.add((fingerprint, key, name))
+            self._count(fingerprint, name, 1)
+
+    def _failed(self, fingerprint: str, error: Exception) -> None:
+        self._breaker.trip()
+        self._count(fingerprint, "remote:error", 1)
+        warn_once(
+            ("remote", self.url),
+            f"numba_cache: the remote cache {self.url} failed ({type(error).__name__}: "
+            f"{error}); using the local cache only, retrying after "
+            f"{self._breaker.backoff:g} s.",
+        )
+
+    def _reject(self, fingerprint: str, key: str, problem: Exception) -> None:
+        # Not deleted: it may belong to a colleague with another secret; our next
+        # compile of the key overwrites it anyway.
+        self._count_once(fingerprint, key, "remote:rejected")
+        warn_once(
+            ("remote rejected", self.url),
+            f"numba_cache: refused entry {key[:12]} from the remote cache {self.url}: "
+            f"{problem}. Entries signed with another secret are never loaded; do all "
+            "machines sharing this server and prefix use the same NBCACHE_REMOTE_SECRET?",
+        )
+
+    def _discard_damaged(self, fingerprint: str, key: str, problem: Exception) -> None:
+        self._count_once(fingerprint, key, "remote:damaged")
+        warn_once(
+            ("remote damaged", self.url, fingerprint, key),
+            f"numba_cache: ignoring the damaged entry {key[:12]} in the remote cache "
+            f"{self.url} ({problem}); it will be compiled again.",
+        )
+        if self.readonly:
+            return
+        try:
+            self.backend.remove(fingerprint, key)
+        except Exception as error:  # any client failure means "no server"
+            self._failed(fingerprint, error)

@@ -1,0 +1,341 @@
+"""The shared tier on a real redis-server: "machines" are processes with their own local stores.
+
+Each test runs fresh processes (``run_python``) that compile small graphs through
+the cache against one server on loopback, and reads what they compiled (numba's
+compile events), what they computed, and the counters they left in their store.
+Every child first runs the cache's per-machine self-test (a tiny probe kernel,
+outside the counted compiles): it checks this machine's numba, not the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import TESTS, run_python
+from redis_server import RedisServer, ServerUnavailable, redis_server
+from reliability import RTOL
+
+from numba_cache.store.remote import envelope
+
+SECRET = "test-secret-0123456789abcdef"
+OTHER_SECRET = "another-team-secret-0123456789"
+GRAPHS = ["sumexp", "tanh"]
+
+CHILD = """
+import json, os, signal, time
+import numba_cache, reliability
+from numba_cache import settings
+from numba_cache.compile_events import count_numba_compiles
+from numba_cache.kernels.context import current_context
+from numba_cache.store import Store
+
+current_context()  # the per-machine self-test, before counting
+report = {{"compiled": [], "values": {{}}, "expected": {{}}, "warnings": []}}
+for step in {steps!r}:
+    if step.startswith("signal "):  # "signal <name>": done to the server, mid-run
+        pid = int(os.environ["REDIS_PID"])
+        os.kill(pid, getattr(signal, step.split()[1]))
+        while open(f"/proc/{{pid}}/stat").read().split()[2] not in "TZX":
+            time.sleep(0.01)  # until it is stopped or dead
+        continue
+    with count_numba_compiles() as compiled:
+        result = reliability.compile_graphs([step])
+    report["compiled"] += compiled
+    report["values"] |= result["values"]
+    report["expected"] |= result["expected"]
+    report["warnings"] += result["warnings"]
+    report.setdefault("lookups", {{}}).update(result["lookups"])
+report["counters"] = Store(settings.current()).stats()["counters"]
+report["fingerprint"] = result["fingerprint"]
+print(json.dumps(report))
+"""
+
+
+def machine(store: Path, steps: list[str], **env: str) -> dict:
+    """Run `steps` (graph names, or ``signal <NAME>`` to the server) in a fresh process."""
+    report = run_python(CHILD.format(steps=steps), env={"NBCACHE_DIR": str(store), **env})
+    for name, value in report["values"].items():
+        assert np.allclose(value, report["expected"][name], rtol=RTOL, atol=0), name
+    report["remote"] = {
+        name.removeprefix("remote:"): value
+        for name, value in report["counters"].items()
+        if name.startswith("remote:")
+    }
+    return report
+
+
+def cli(*arguments: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    environment = dict(os.environ, PYTHONPATH=str(TESTS.parent), **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "numba_cache", *arguments],
+        env=environment, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+@contextlib.contextmanager
+def start_server(directory: Path) -> Iterator[RedisServer]:
+    """A running server; a failure to start fails the test in CI and skips it elsewhere."""
+    with contextlib.ExitStack() as stack:
+        try:
+            running = stack.enter_context(redis_server(directory))
+        except ServerUnavailable as problem:
+            _unavailable(problem)
+        yield running
+
+
+def _unavailable(problem: Exception):
+    if os.environ.get("CI"):
+        pytest.fail(f"cannot start redis-server, needed by the remote tier tests: {problem}")
+    pytest.skip(f"REMOTE TIER NOT TESTED: cannot start redis-server ({problem})")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[RedisServer]:
+    with start_server(tmp_path_factory.mktemp("redis")) as running:
+        yield running
+
+
+@pytest.fixture
+def remote(server, monkeypatch, request) -> dict:
+    """Point this test (and its children) at the server, under a prefix of its own."""
+    prefix = "t-" + hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:12]
+    monkeypatch.setenv("NBCACHE_REMOTE", server.url)
+    monkeypatch.setenv("NBCACHE_REMOTE_SECRET", SECRET)
+    monkeypatch.setenv("NBCACHE_REMOTE_PREFIX", prefix)
+    return {"prefix": prefix, "client": server.client()}
+
+
+@pytest.fixture(scope="module")
+def published(server, tmp_path_factory) -> dict:
+    """The envelopes a first machine published for GRAPHS (by ``fingerprint:key``), and its report."""
+    env = {"NBCACHE_REMOTE": server.url, "NBCACHE_REMOTE_SECRET": SECRET,
+           "NBCACHE_REMOTE_PREFIX": "seed"}
+    report = machine(tmp_path_factory.mktemp("machine-a"), GRAPHS, **env)
+    client = server.client()
+    entries = {name.decode().removeprefix("seed:"): client.hgetall(name)
+               for name in client.scan_iter(match="seed:*")}
+    return {"report": report, "entries": entries}
+
+
+def seed(remote: dict, published: dict) -> list[str]:
+    """Copy the first machine's entries under this test's prefix; their Redis names."""
+    names = []
+    for address, fields in published["entries"].items():
+        name = f"{remote['prefix']}:{address}"
+        remote["client"].hset(name, mapping=fields)
+        names.append(name)
+    return names
+
+
+def remote_names(remote: dict) -> set[str]:
+    return {name.decode() for name in remote["client"].scan_iter(match=f"{remote['prefix']}:*")}
+
+
+def test_first_machine_compiles_and_publishes_every_entry(published):
+    report = published["report"]
+    assert report["compiled"], "the first machine compiled nothing"
+    assert report["remote"]["published"] == len(published["entries"]) > 0
+    assert report["remote"]["miss"] == len(published["entries"])
+    assert report["remote"]["bytes_out"] > 0
+    assert "hit" not in report["remote"] and "error" not in report["remote"]
+
+
+def test_second_machine_loads_everything_from_redis(remote, published, tmp_path):
+    seed(remote, published)
+    second = machine(tmp_path / "machine-b", GRAPHS)
+    assert second["compiled"] == []
+    assert second["remote"]["hit"] > 0
+    assert "miss" not in second["remote"] and "published" not in second["remote"]
+    assert second["warnings"] == []
+    # The hits were written back: with the server emptied, the second machine is warm.
+    remote["client"].delete(*remote_names(remote))
+    again = machine(tmp_path / "machine-b", GRAPHS)
+    assert again["compiled"] == []
+    assert again["remote"]["hit"] == second["remote"]["hit"], "nothing more came from the server"
+
+
+@pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"], ids=["killed", "hung"])
+def test_server_failing_mid_run_degrades_to_local_with_one_warning(tmp_path, monkeypatch, fault):
+    with start_server(tmp_path / "redis") as own_server:
+        monkeypatch.setenv("NBCACHE_REMOTE", own_server.url)
+        monkeypatch.setenv("NBCACHE_REMOTE_SECRET", SECRET)
+        report = machine(tmp_path / "store", ["sumexp", f"signal {fault}", "tanh", "cumsum"],
+                         REDIS_PID=str(own_server.process.pid))
+    assert set(report["values"]) == {"sumexp", "tanh", "cumsum"}
+    assert report["remote"]["published"] > 0, "nothing was published before the fault"
+    # One failure, then the back-off keeps the server out of the compile path.
+    assert report["remote"]["error"] == 1
+    remote_warnings = [text for text in report["warnings"] if "remote cache" in text]
+    assert len(remote_warnings) == 1 and "using the local cache only" in remote_warnings[0]
+
+
+def test_the_secret_can_come_from_a_file(remote, published, monkeypatch, tmp_path):
+    seed(remote, published)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")  # as `echo` or an editor writes it
+    monkeypatch.delenv("NBCACHE_REMOTE_SECRET")
+    report = machine(tmp_path / "store", GRAPHS, NBCACHE_REMOTE_SECRET_FILE=str(secret_file))
+    assert report["compiled"] == [] and report["remote"]["hit"] > 0
+
+
+def test_damaged_entries_are_misses_and_are_repaired(remote, published, tmp_path):
+    names = sorted(seed(remote, published))
+    client = remote["client"]
+    for flipped in names[::2]:
+        sealed = bytearray(client.hget(flipped, "envelope"))
+        sealed[-5] ^= 0xFF  # a bit flip in the payload
+        client.hset(flipped, "envelope", bytes(sealed))
+    for resealed in names[1::2]:
+        # Correctly signed, but not a record: what a buggy publisher would send.
+        _, fingerprint, key = resealed.split(":")
+        client.hset(resealed, "envelope",
+                    envelope.seal(fingerprint, key, b"not a record", b"", SECRET.encode()))
+    second = machine(tmp_path / "machine-b", GRAPHS)
+    # Every entry is damaged, so every lookup of the first machine is repeated here.
+    assert second["remote"]["damaged"] == len(names)
+    assert second["compiled"], "the damaged entries were compiled again"
+    assert any("damaged entry" in text for text in second["warnings"])
+    # Deleted, compiled again and published again: a third machine gets everything.
+    assert second["remote"]["published"] == len(names)
+    third = machine(tmp_path / "machine-c", GRAPHS)
+    assert third["compiled"] == []
+    assert "damaged" not in third["remote"] and "miss" not in third["remote"]
+
+
+def test_entries_signed_with_another_secret_are_never_loaded(remote, tmp_path):
+    other = machine(tmp_path / "other-team", GRAPHS, NBCACHE_REMOTE_SECRET=OTHER_SECRET)
+    assert other["remote"]["published"] > 0
+    ours = machine(tmp_path / "machine-b", GRAPHS)
+    assert ours["remote"]["rejected"] == other["remote"]["published"]
+    assert "hit" not in ours["remote"]
+    assert len(ours["compiled"]) == len(other["compiled"]), "not everything was compiled here"
+    assert sum("refused entry" in text for text in ours["warnings"]) == 1
+
+
+def test_readonly_remote_reads_but_never_writes(remote, published, tmp_path):
+    names = seed(remote, published)
+    client = remote["client"]
+    for name in names:
+        client.persist(name)  # so that a renewed TTL would show
+    [graph_key] = [lookup["key"] for lookup in published["report"]["lookups"]["tanh"]
+                   if lookup["kind"] == "graph"]
+    [damaged] = [name for name in names if name.endswith(graph_key)]
+    client.hset(damaged, "envelope", b"garbage")
+    before = {name: client.hgetall(name) for name in remote_names(remote)}
+    report = machine(tmp_path / "machine-b", [*GRAPHS, "cumsum"], NBCACHE_REMOTE_READONLY="1")
+    assert report["remote"]["hit"] > 0 and report["remote"]["damaged"] == 1
+    assert report["compiled"], "cumsum (and the damaged entry) were compiled"
+    assert "published" not in report["remote"]
+    after = {name: client.hgetall(name) for name in remote_names(remote)}
+    assert after == before, "a read-only machine changed the server"
+    assert all(client.ttl(name) == -1 for name in after), "a read-only machine renewed a TTL"
+
+
+def test_another_fingerprint_is_never_loaded(remote, tmp_path):
+    # NUMBA_BOUNDSCHECK is a component of the fingerprint: another environment.
+    third = machine(tmp_path / "machine-c", GRAPHS, NUMBA_BOUNDSCHECK="1")
+    theirs = remote_names(remote)
+    assert len(theirs) == third["remote"]["published"] > 0
+    ours = machine(tmp_path / "machine-b", GRAPHS)
+    assert ours["fingerprint"] != third["fingerprint"]
+    assert "hit" not in ours["remote"] and "rejected" not in ours["remote"]
+    assert ours["compiled"] and ours["remote"]["miss"] == ours["remote"]["published"]
+    # Their entries copied over ours fail the signature, which covers fingerprint and key.
+    client = remote["client"]
+    targets = sorted(remote_names(remote) - theirs)
+    for target, source in zip(targets, sorted(theirs) * len(targets)):
+        client.hset(target, mapping=client.hgetall(source))
+    fresh = machine(tmp_path / "machine-d", GRAPHS)
+    assert fresh["remote"]["rejected"] == len(targets) > 0
+    assert len(fresh["compiled"]) == len(ours["compiled"])
+
+
+def test_without_a_secret_the_remote_tier_refuses_to_start(remote, monkeypatch, tmp_path):
+    monkeypatch.delenv("NBCACHE_REMOTE_SECRET")
+    report = machine(tmp_path / "store", ["sumexp"])
+    assert report["compiled"] and report["remote"] == {}
+    # Warned when the store opens, before the child records warnings: so on its stderr.
+    assert report["stderr"].count("needs a shared secret") == 1
+    assert remote_names(remote) == set()
+    refused = cli("stats", "--remote")
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and "NBCACHE_REMOTE_SECRET" in refused.stderr
+    short = cli("list", "--remote", env={"NBCACHE_REMOTE_SECRET": "short"})
+    assert short.returncode == 2 and "at least 16" in short.stderr
+
+
+def test_an_entry_over_the_size_limit_stays_local(remote, tmp_path):
+    report = machine(tmp_path / "store", ["sumexp"], NBCACHE_REMOTE_MAX_SIZE="1K")
+    assert report["remote"]["too_large"] > 0
+    published = report["remote"].get("published", 0)
+    assert len(remote_names(remote)) == published
+
+
+def test_command_line_stats_list_and_clear_the_remote_tier(remote, published, tmp_path):
+    names = seed(remote, published)
+    machine(tmp_path / "store", GRAPHS)
+    env = {"NBCACHE_DIR": str(tmp_path / "store")}
+    stats = cli("stats", "--remote", "--json", env=env)
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["entries"] == len(names)
+    listing = json.loads(cli("list", "--remote", "--json", env=env).stdout)
+    assert {f"{remote['prefix']}:{row['fingerprint']}:{row['key']}" for row in listing["entries"]} \
+        == set(names)
+    hits = json.loads(cli("stats", "--json", env=env).stdout)["counters"]["remote:hit"]
+    [row] = [line for line in cli("stats", env=env).stdout.splitlines() if line.startswith("remote")]
+    assert f"{hits} hits, 0 misses, 0 errors" in row
+    readonly = cli("clear", "--remote", "--yes", env=env | {"NBCACHE_REMOTE_READONLY": "1"})
+    assert readonly.returncode == 2 and "NBCACHE_REMOTE_READONLY" in readonly.stderr
+    cleared = cli("clear", "--remote", "--yes", "--json", env=env)
+    assert json.loads(cleared.stdout)["deleted"] == len(names)
+    assert remote_names(remote) == set()
+
+
+# The envelope and the settings, without a server
+
+
+FINGERPRINT, KEY, OTHER_KEY = "a" * 64, "b" * 64, "c" * 64
+
+
+def test_an_envelope_opens_only_intact_with_its_secret_at_its_address():
+    sealed = envelope.seal(FINGERPRINT, KEY, b"record", b"source", SECRET.encode())
+    assert envelope.open_envelope(sealed, FINGERPRINT, KEY, SECRET.encode(), 1024) == (
+        b"record", b"source")
+    with pytest.raises(envelope.BadSignature):
+        envelope.open_envelope(sealed, FINGERPRINT, KEY, OTHER_SECRET.encode(), 1024)
+    with pytest.raises(envelope.BadSignature):
+        envelope.open_envelope(sealed, FINGERPRINT, OTHER_KEY, SECRET.encode(), 1024)
+    flipped = bytearray(sealed)
+    flipped[-1] ^= 1
+    with pytest.raises(envelope.DamagedEnvelope):
+        envelope.open_envelope(bytes(flipped), FINGERPRINT, KEY, SECRET.encode(), 1024)
+    with pytest.raises(envelope.DamagedEnvelope):
+        envelope.open_envelope(sealed[:-3], FINGERPRINT, KEY, SECRET.encode(), 1024)
+
+
+def test_an_envelope_that_would_inflate_past_the_limit_is_refused():
+    bomb = envelope.seal(FINGERPRINT, KEY, bytes(10**6), b"", SECRET.encode())
+    assert len(bomb) < 2000
+    with pytest.raises(envelope.DamagedEnvelope, match="inflates past"):
+        envelope.open_envelope(bomb, FINGERPRINT, KEY, SECRET.encode(), 10**5)
+
+
+@pytest.mark.parametrize("variable, value, message", [
+    ("NBCACHE_REMOTE", "http://cache:6379", "is not a Redis URL"),
+    ("NBCACHE_REMOTE_PREFIX", "a b*", "cannot be a key prefix"),
+    ("NBCACHE_REMOTE_TTL", "soon", "cannot read 'soon' as a duration"),
+    ("NBCACHE_REMOTE_TIMEOUT", "0", "must be positive"),
+])
+def test_bad_remote_settings_are_one_line_errors(variable, value, message):
+    result = cli("stats", "--remote", env={variable: value})
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr and variable in result.stderr
