@@ -18,7 +18,7 @@ its own: the others are still compiled.
 Events go to the parent as JSON lines on the original stdout; everything the
 target prints goes to stderr. ``{"event": "lookup", "kind", "decision"}`` per
 kernel lookup, ``{"event": "failure", "graph", "error"}`` per failure (``graph``
-null when the target itself failed), and last ``{"event": "done", "write_errors"}``.
+null when the target itself failed; ``details``: the whole message), and last ``{"event": "done", "write_errors"}``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 
 PYTEST_FILE_PREFIX, PYTEST_FILE_SUFFIX = "test_", "_test.py"
@@ -64,8 +63,7 @@ def main(target: str) -> int:
     )
 
     def fail(graph: str | None, error: BaseException) -> None:
-        emit("failure", graph=graph, error=describe_error(error),
-             details="".join(traceback.format_exception(error))[-4000:])
+        emit("failure", graph=graph, error=describe_error(error), details=str(error)[:4000])
 
     def on_lookup(lookup) -> None:
         emit("lookup", kind=lookup.key.kind, decision=lookup.decision)

@@ -7,8 +7,11 @@ the process that compiles them again from the store.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
+import pytensor
 import pytensor.tensor as pt
+from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from pytensor.link.numba.dispatch.basic import numba_funcify
@@ -21,6 +24,8 @@ EXPRESSIONS = {
     "logsum": "pt.log1p(x) + pt.sum(x)",
     "cumsum": "pt.cumsum(x ** 2)",
 }
+#: The graph of ``warm_script.py``, built there and never called.
+SCRIPT_EXPRESSION = "pt.tanh(x) * x"
 
 
 class Unlowerable(Op):
@@ -38,6 +43,7 @@ class Unlowerable(Op):
 
 @numba_funcify.register(Unlowerable)
 def _funcify_unlowerable(op, node=None, **kwargs):
+    @numba.njit
     def unlowerable(x):
         return no_such_function(x)  # noqa: F821 -- the point: numba fails to type it
 
@@ -61,6 +67,7 @@ def with_broken_graph() -> dict:
 
 
 def expected(expression: str) -> list[float]:
-    x = pt.vector("x", dtype="float64")
-    value = eval(expression, {"pt": pt, "x": x}).eval({x: INPUT}, mode="FAST_COMPILE")
-    return np.asarray(value).tolist()
+    """The value of a graph at :data:`INPUT` in PyTensor's Python mode."""
+    inputs, output = build(expression)
+    python_mode = Mode(linker="py", optimizer="fast_run")
+    return np.asarray(pytensor.function(inputs, output, mode=python_mode)(INPUT)).tolist()

@@ -118,8 +118,6 @@ def command_warm(args) -> int:
     for failure in total.failures:
         where = failure.target if failure.graph is None else f"{failure.target}: {failure.graph}"
         print(f"FAILED {where}: {failure.error}")
-        if failure.graph is None and failure.details.strip():
-            print("  " + "\n  ".join(failure.details.rstrip().splitlines()[-5:]))
     if total.write_errors:
         print(f"{plural(total.write_errors, 'kernel')} could not be stored (see numba-cache stats)")
     return 1 if failed else 0
@@ -215,8 +213,7 @@ def command_import(args) -> int:
     for reason, count in by_reason.items():
         print(f"skipped {plural(count, 'entry')} of another environment: {reason}")
     if damaged:
-        print(f"{plural(damaged, 'damaged entry')} not imported; the store is unchanged for them",
-              file=sys.stderr)
+        print(f"numba-cache: {plural(damaged, 'damaged entry')} not imported", file=sys.stderr)
     return 1 if damaged else 0
 
 
