@@ -65,8 +65,16 @@ def main(target: str) -> int:
     def fail(graph: str | None, error: BaseException) -> None:
         emit("failure", graph=graph, error=describe_error(error), details=str(error)[:4000])
 
-    def on_lookup(lookup) -> None:
+    held: list | None = None  # the lookups of a compile that may yet fail
+
+    def report(lookup) -> None:
         emit("lookup", kind=lookup.key.kind, decision=lookup.decision)
+
+    def on_lookup(lookup) -> None:
+        if held is None:
+            report(lookup)
+        else:
+            held.append(lookup)
 
     with observe_lookups(on_lookup):
         try:
@@ -87,19 +95,31 @@ def main(target: str) -> int:
         for name, fgraph, kernel, storage_map in built:
             if kernel.dispatcher.signatures:  # the target called it: compiled already
                 continue
+            held = []
             try:
                 kernel.dispatcher.compile(_signature(fgraph, kernel, storage_map))
             except Exception as error:
+                # The graph kernel missed and stored nothing: not "compiled". Its op
+                # kernels compiled before the failure were stored, and count.
+                held = [lookup for lookup in held if (lookup.key.kind, lookup.decision) != ("graph", "miss")]
                 fail(name or _describe_graph(fgraph), error)
+            for lookup in held:
+                report(lookup)
+            held = None
     emit("done", write_errors=numba_cache.session_stats().get("write_error", 0))
     channel.close()
     return 0
 
 
 def describe_error(error: BaseException) -> str:
-    """The error's type and the first line of its message."""
+    """The error's type and the first telling line of its message.
+
+    numba opens its messages with one "Failed in nopython mode pipeline" line per
+    nested compile; the cause is the first line after them.
+    """
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    first = lines[0] if lines else ""
+    telling = [line for line in lines if not line.startswith("Failed in ")]
+    first = (telling or lines or [""])[0]
     return f"{type(error).__name__}: {first[:300]}" if first else type(error).__name__
 
 

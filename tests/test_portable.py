@@ -286,3 +286,24 @@ def test_warm_runs_a_pytest_selection_with_the_cache_as_default_mode(tmp_path):
     assert report["failures"] == [] and report["compiled"] >= 2, report
     kinds = {entry["kind"] for entry in listing(env)}
     assert {"rewrite", "graph", "op"} <= kinds
+
+
+def test_import_while_other_processes_compile_in_the_store(warmed, tmp_path):
+    """Two processes compile graphs (one of them the archive's ``exp`` graph, by content)
+    in the store the archive is imported into; every value stays right, every entry
+    imported or already there, the store verifies clean and serves every graph."""
+    from reliability import finish, start
+
+    env = fresh(tmp_path, "busy")
+    names = ["scale2", "tanh", "sqrtcos", "cumsum"]  # scale2 is exp(x) * 2.0, as in the archive
+    workers = [start(["6", str(seed), *names], env, command="churn") for seed in (1, 2)]
+    imported = numba_cache("import", str(warmed.archive), "--json", env=env)
+    reports = [finish(worker) for worker in workers]
+    assert imported.returncode == 0, imported.stderr
+    report = json.loads(imported.stdout)
+    assert report["imported"] + report["present"] == warmed.export["entries"], report
+    for churned in reports:
+        assert churned["wrong"] == [] and churned["warnings"] == [], churned
+    verify_clean(env)
+    run = compile_good_graphs(env)
+    assert run["compiled"] == [] and not any(name.endswith(".miss") for name in run["stats"])
