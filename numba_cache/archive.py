@@ -319,18 +319,17 @@ def _other_fingerprint(fingerprint: str, manifest: dict, current: Fingerprint) -
 
 
 def _wanted_files(path: Path, wanted: dict) -> Iterator[tuple[str, bytes, bytes | None]]:
-    """``(record name, record, source)`` of the wanted entries, in a second pass."""
-    records, sources = {}, {}
-    source_names = {name.removesuffix(".nbk") + ".py": name for name, (item, _) in wanted.items()
-                    if item.get("source") is not None}
+    """``(record name, record, source)`` of the wanted entries, read in a second pass; each
+    as soon as its record and its source (when the manifest lists one) have been read."""
+    pending: dict[str, dict[str, bytes]] = {}
     for name, data in _members(path):
-        if name in wanted:
-            records[name] = data
-        elif name in source_names:
-            sources[source_names[name]] = data
-        else:
+        is_source = name.endswith(".py")
+        record_name = name.removesuffix(".py") + ".nbk" if is_source else name
+        if record_name not in wanted:
             continue
-        record_name = name if name in wanted else source_names[name]
-        has_source = wanted[record_name][0].get("source") is not None
-        if record_name in records and (record_name in sources or not has_source):
-            yield record_name, records.pop(record_name), sources.pop(record_name, None)
+        parts = pending.setdefault(record_name, {})
+        parts["source" if is_source else "record"] = data
+        item = wanted[record_name][0]
+        if "record" in parts and ("source" in parts or item.get("source") is None):
+            del pending[record_name]
+            yield record_name, parts["record"], parts.get("source")

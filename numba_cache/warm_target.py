@@ -77,16 +77,15 @@ def main(target: str) -> int:
             held.append(lookup)
 
     with observe_lookups(on_lookup):
+        graphs = []
         try:
-            returned = _run(target)
+            graphs = _graphs(_run(target))
         except SystemExit as exit_:
             if exit_.code not in (None, 0):
                 emit("failure", graph=None, error=f"it exited with status {exit_.code}", details="")
-            returned = None
         except Exception as error:
             fail(None, error)
-            returned = None
-        for name, graph in _graphs(returned):
+        for name, graph in graphs:
             naming[0] = name
             try:
                 _function_of(graph)
@@ -144,6 +143,11 @@ def _graphs(returned) -> list[tuple[str, object]]:
         return [(str(name), graph) for name, graph in returned.items()]
     if _is_single_graph(returned):
         return [("graph 0", returned)]
+    if not isinstance(returned, (list, tuple)):
+        raise TypeError(
+            f"it returned a {type(returned).__name__}: return PyTensor functions, "
+            "(inputs, outputs) pairs, or a list or dict of them (or nothing)"
+        )
     return [(f"graph {n}", graph) for n, graph in enumerate(returned)]
 
 

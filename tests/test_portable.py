@@ -307,3 +307,25 @@ def test_import_while_other_processes_compile_in_the_store(warmed, tmp_path):
     verify_clean(env)
     run = compile_good_graphs(env)
     assert run["compiled"] == [] and not any(name.endswith(".miss") for name in run["stats"])
+
+
+def test_warm_survives_a_target_that_crashes_its_process(tmp_path):
+    """A segfault in one target is that target's failure; the other targets are warmed."""
+    (tmp_path / "crash.py").write_text(
+        "import os, signal\nprint('about to crash')\nos.kill(os.getpid(), signal.SIGSEGV)\n"
+    )
+    (tmp_path / "odd.py").write_text("def returns_a_number():\n    return 3\n")
+    shutil.copy(TESTS / "warm_script.py", tmp_path)
+    shutil.copy(TESTS / "warm_targets.py", tmp_path)
+    env = {"NBCACHE_DIR": str(tmp_path / "store")}
+    result = numba_cache("warm", "--json", "crash.py", "odd:returns_a_number", "warm_script.py",
+                         env=env, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    failures = {failure["target"]: failure for failure in report["failures"]}
+    assert set(failures) == {"crash.py", "odd:returns_a_number"}
+    assert failures["crash.py"]["error"] == "the process warming it died (SIGSEGV)"
+    assert "about to crash" in failures["crash.py"]["details"]
+    assert failures["odd:returns_a_number"]["error"].startswith("TypeError: it returned a int")
+    by_target = {target["target"]: target for target in report["targets"]}
+    assert by_target["warm_script.py"]["compiled"] >= 2 and by_target["warm_script.py"]["failures"] == []

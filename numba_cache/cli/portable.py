@@ -118,6 +118,8 @@ def command_warm(args) -> int:
     for failure in total.failures:
         where = failure.target if failure.graph is None else f"{failure.target}: {failure.graph}"
         print(f"FAILED {where}: {failure.error}")
+        if failure.graph is None and failure.details.strip() and failure.details not in failure.error:
+            print("  " + "\n  ".join(failure.details.rstrip().splitlines()[-5:]))
     if total.write_errors:
         print(f"{plural(total.write_errors, 'kernel')} could not be stored (see numba-cache stats)")
     return 1 if failed else 0
