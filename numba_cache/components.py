@@ -100,3 +100,12 @@ def _dimensions(shape: object) -> str:
         case ["tuple", list(sizes)]:
             return ",".join("?" if size is None else _text(size) for size in sizes)
     return _text(shape)
+
+
+def changed_components(recorded: dict, current: dict) -> list[str]:
+    """``name=recorded value`` for each fingerprint component that differs from `current`."""
+    return [
+        f"{name}={recorded.get(name, 'absent')}"
+        for name in sorted(set(recorded) | set(current))
+        if recorded.get(name) != current.get(name)
+    ]

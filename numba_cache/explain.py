@@ -104,9 +104,10 @@ def observe(target: str) -> Observation:
     return Observation(list(first_of_each.values()), failure)
 
 
-def resolve_target(target: str) -> Callable[[], None]:
+def resolve_target(target: str) -> Callable[[], object]:
     """A function running `target`: a file as ``python FILE`` would, or a callable
-    named ``module:function`` (imported from the working directory) without arguments.
+    named ``module:function`` (imported from the working directory) without arguments;
+    it returns what the callable returns (None for a file).
     """
     path = Path(target)
     if path.suffix == ".py" or path.is_file():
@@ -450,8 +451,8 @@ def _run_file(path: Path) -> None:
         sys.argv, sys.path[:] = saved_argv, saved_path
 
 
-def _call(module_name: str, attribute: str) -> None:
+def _call(module_name: str, attribute: str):
     target = importlib.import_module(module_name)
     for name in attribute.split("."):
         target = getattr(target, name)
-    target()
+    return target()

@@ -8,6 +8,8 @@ are, so ``NUMBA_CACHE`` computes exactly what ``NUMBA`` computes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pytensor.compile.mode import Mode, predefined_linkers, predefined_modes, register_linker, register_mode
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.basic import JITLinker
@@ -19,6 +21,10 @@ from numba_cache.kernels import fork_safety
 
 MODE_NAME = "NUMBA_CACHE"
 LINKER_NAME = "numba_cache"
+
+#: Called with ``(fgraph, kernel, storage_map)`` for every graph kernel a linker builds:
+#: ``numba-cache warm`` compiles the kernels of functions that were built but never called.
+graph_kernel_observers: list[Callable] = []
 
 
 class NumbaCacheLinker(JITLinker):
@@ -35,6 +41,8 @@ class NumbaCacheLinker(JITLinker):
         key = getattr(fgraph, GRAPH_KEY_ATTRIBUTE, None)
         kernel = graph_kernel(fgraph, current_context(), storage_map, key=key)
         self._hidden_values = kernel.hidden_values
+        for observer in graph_kernel_observers:
+            observer(fgraph, kernel, storage_map or {})
         return kernel
 
     def jit_compile(self, kernel):

@@ -2,8 +2,9 @@
 
 One module per group of commands: :mod:`.info` (``dir``, ``stats``,
 ``fingerprint``), :mod:`.entries` (``list``, ``show``), :mod:`.maintenance`
-(``clear``, ``prune``, ``verify``) and :mod:`.explain` (``explain``); :mod:`.remote`
-adds ``--remote`` (the shared tier on Redis) to ``stats``, ``list`` and ``clear``; ``demo`` runs
+(``clear``, ``prune``, ``verify``), :mod:`.explain` (``explain``) and
+:mod:`.portable` (``warm``, ``export``, ``import``); :mod:`.remote` adds
+``--remote`` (the shared tier on Redis) to ``stats``, ``list`` and ``clear``; ``demo`` runs
 :mod:`numba_cache.demo`. All of them work through the store's public API. Every
 command but ``demo`` takes ``--json`` (field names in the README) and
 ``-v``/``--verbose`` (``-vv``: debug, every lookup with its key components).
@@ -23,7 +24,7 @@ import warnings
 
 from numba_cache import logs
 from numba_cache import settings as settings_module
-from numba_cache.cli import entries, explain, info, maintenance, remote
+from numba_cache.cli import entries, explain, info, maintenance, portable, remote
 from numba_cache.cli.access import CliError
 
 
@@ -43,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                         help="log what numba_cache does (-vv: every lookup)")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (info, entries, maintenance, explain, remote):
+    for group in (info, entries, maintenance, explain, portable, remote):
         group.register(commands, common)
     demo = commands.add_parser("demo", help="compile a real model twice, cached and uncached")
     demo.add_argument("demo_args", nargs=argparse.REMAINDER)

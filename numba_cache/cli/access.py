@@ -9,6 +9,7 @@ import sys
 
 from numba_cache import settings as settings_module
 from numba_cache.store import Entry, Store
+from numba_cache.store.local import make_private_dirs
 
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -17,16 +18,22 @@ class CliError(Exception):
     """A request that cannot be carried out; the message is the one line shown."""
 
 
-def open_store(*, write: bool = False) -> Store:
+def open_store(*, write: bool = False, create: bool = False) -> Store:
     """The store of the settings in force, checked to exist and to be usable.
 
     Without `write` the store is opened read-only, so that looking never changes
-    anything (not even an entry's last use). The cache being disabled does not
-    keep the command line from managing the store.
+    anything (not even an entry's last use). With `create` (and `write`), a missing
+    store is created, private to the user. The cache being disabled does not keep
+    the command line from managing the store.
     """
     current = settings_module.current()
     root = current.root
     where = f"{root} ({current.source_of('root')})"
+    if write and create and not os.path.lexists(root):
+        try:
+            make_private_dirs(root)
+        except OSError as error:
+            raise CliError(f"cannot create the store {where}: {error.strerror or error}") from None
     try:
         is_directory = stat.S_ISDIR(root.stat().st_mode)
     except FileNotFoundError:

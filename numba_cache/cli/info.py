@@ -7,7 +7,7 @@ import json
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import open_store
 from numba_cache.cli.formatting import human_size, plural, table
-from numba_cache.components import DIGEST_DIGITS
+from numba_cache.components import DIGEST_DIGITS, changed_components
 from numba_cache.keys import current_fingerprint
 from numba_cache.store.remote import display_url
 
@@ -161,11 +161,5 @@ def _how_it_differs(store, fingerprint: str, current) -> str:
     recorded = store.fingerprint_components(fingerprint)
     if recorded is None:
         return "components not recorded"
-    names = sorted(set(recorded) | set(current.components))
-    changed = [
-        f"{name}={recorded.get(name, 'absent')}"
-        for name in names
-        if recorded.get(name) != current.components.get(name)
-    ]
-    text = ", ".join(changed) or "same components"
+    text = ", ".join(changed_components(recorded, current.components)) or "same components"
     return text if len(text) <= 70 else text[:69] + "…"

@@ -80,14 +80,23 @@ def lookup(context, key, decision: str) -> None:
 
 
 @contextlib.contextmanager
-def observe_lookups() -> Iterator[list[Lookup]]:
-    """Collect the lookups this process makes during the block, in order."""
+def observe_lookups(callback: Callable[[Lookup], None] | None = None) -> Iterator[list[Lookup]]:
+    """Collect the lookups this process makes during the block, in order.
+
+    `callback`, when given, is also called with each lookup as it happens.
+    """
     observed: list[Lookup] = []
-    _observers.append(observed.append)
+
+    def observe(lookup: Lookup) -> None:
+        observed.append(lookup)
+        if callback is not None:
+            callback(lookup)
+
+    _observers.append(observe)
     try:
         yield observed
     finally:
-        _observers.remove(observed.append)
+        _observers.remove(observe)
 
 
 def uncacheable(context, key, verdict) -> None:

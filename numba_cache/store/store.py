@@ -134,6 +134,48 @@ class Store:
             self.report_write_error(entry.fingerprint, error)
             return False
         checkpoints.reached("before-index")
+        self._index_new(entry, data, source)
+        return True
+
+    def record_of(self, fingerprint: str, key: str) -> tuple[bytes, bytes | None] | None:
+        """The entry's record as stored and its ``.py`` copy (None if it has none),
+        or None if there is no entry; for copying an entry elsewhere (export).
+
+        The record is checked first: an unreadable one raises :class:`CorruptEntry`
+        (or OSError), so a broken entry is never copied. Records no use.
+        """
+        check_address(fingerprint, key)
+        data = self._backend.get(fingerprint, key)
+        if data is None:
+            return None
+        record.decode(data, fingerprint, key)
+        return data, self._backend.read_source(fingerprint, key)
+
+    def add_record(self, fingerprint: str, key: str, data: bytes, source: str | None) -> bool:
+        """Store a record made elsewhere (import) unless a readable entry holds the key.
+
+        Returns True if it was stored, False if the store already had a readable
+        entry for the key, which is never replaced. Raises :class:`CorruptEntry` if
+        `data` is not a valid record of (`fingerprint`, `key`), so a broken record
+        never reaches the store, and OSError if it cannot be written (or the store is
+        read-only). Runs under the entry's lock, like a compile of the key.
+        """
+        entry = record.decode(data, fingerprint, key)
+        if self.settings.disabled or not self._may_write():
+            raise OSError(errno.EROFS, f"the cache {self.root} is read-only or disabled")
+        with self.lock(fingerprint, key):
+            try:
+                if self.read(fingerprint, key) is not None:
+                    return False
+            except (CorruptEntry, OSError):
+                pass  # a broken entry: the valid record replaces it
+            self._backend.clean_temp()
+            self._backend.put(fingerprint, key, data, source)
+            self._index_new(entry, data, source)
+        return True
+
+    def _index_new(self, entry: Entry, data: bytes, source: str | None) -> None:
+        """Index an entry just written, then evict if the store outgrew its maximum size."""
         size = len(data) + (len(source.encode()) if source is not None else 0)
         self._index.insert(entry, size, time.time())
         if self.remote is not None:
@@ -141,7 +183,6 @@ class Store:
         total = self._index.total_size()
         if total is not None and total > self.settings.max_size:
             self.evict_to(int(self.settings.max_size * EVICTION_TARGET), timeout=0)
-        return True
 
     def report_write_error(self, fingerprint: str, error: OSError) -> None:
         """Count a failed write as "write_error" and warn, once per process for the store.

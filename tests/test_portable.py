@@ -1,0 +1,331 @@
+"""``numba-cache warm``, ``export`` and ``import``, run for real against real stores.
+
+One store is warmed per module (:func:`warmed`): ``warm -j 2`` over a callable
+returning three good graphs and one numba cannot compile, and over a script
+that builds a function without calling it. It is exported once; tests import
+that archive, or damaged copies of it, into clean stores under another HOME.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import warm_targets
+from helpers import TESTS, run_python
+from reliability import snapshot
+
+FAST_OFF = {"PYTENSOR_FLAGS": "numba__fastmath=False"}
+GOOD = {**warm_targets.EXPRESSIONS, "script": warm_targets.SCRIPT_EXPRESSION}
+
+
+def numba_cache(*args: str, env: dict, cwd: Path = TESTS) -> subprocess.CompletedProcess:
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
+    environment.update(env)
+    return subprocess.run([sys.executable, "-m", "numba_cache", *args], env=environment, cwd=cwd,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def one_line_error(result, *fragments) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+@dataclass(frozen=True)
+class Warmed:
+    root: Path
+    warm: dict  # warm --json
+    archive: Path
+    export: dict  # export --json
+
+
+@pytest.fixture(scope="module")
+def warmed(tmp_path_factory) -> Warmed:
+    base = tmp_path_factory.mktemp("warmed")
+    env = {"NBCACHE_DIR": str(base / "store"), "NBCACHE_DISABLE": "", "NBCACHE_READONLY": ""}
+    result = numba_cache("warm", "-j", "2", "--json", "warm_targets:with_broken_graph",
+                         "warm_script.py", env=env)
+    assert result.returncode == 1, result.stderr  # the broken graph
+    exported = numba_cache("export", str(base / "cache.tar.gz"), "--json", env=env)
+    assert exported.returncode == 0, exported.stderr
+    return Warmed(base / "store", json.loads(result.stdout), base / "cache.tar.gz",
+                  json.loads(exported.stdout))
+
+
+def fresh(tmp_path: Path, name: str) -> dict:
+    """The environment of another machine: its own HOME and an empty store."""
+    (tmp_path / f"{name}-home").mkdir()
+    return {"HOME": str(tmp_path / f"{name}-home"), "NBCACHE_DIR": str(tmp_path / f"{name}-store"),
+            "NBCACHE_DISABLE": "", "NBCACHE_READONLY": ""}
+
+
+def compile_good_graphs(env: dict) -> dict:
+    """Compile and call every good graph in a fresh process; values, numba compiles, counters."""
+    return run_python(f"""
+        import json
+        import numpy as np
+        from numba_cache.compile_events import count_numba_compiles
+        with count_numba_compiles() as compiled:
+            import pytensor, numba_cache, warm_targets
+            values = {{
+                name: np.asarray(pytensor.function(*warm_targets.build(expression),
+                                 mode="NUMBA_CACHE")(warm_targets.INPUT)).tolist()
+                for name, expression in {GOOD!r}.items()
+            }}
+        print(json.dumps({{"values": values, "compiled": compiled,
+                          "stats": dict(numba_cache.session_stats())}}))
+    """, env=env)
+
+
+def listing(env: dict) -> list[dict]:
+    result = numba_cache("list", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["entries"]
+
+
+def verify_clean(env: dict) -> None:
+    result = numba_cache("verify", "--json", env=env)
+    assert result.returncode == 0 and json.loads(result.stdout)["problems"] == [], result.stdout
+
+
+def rewrite_archive(source: Path, destination: Path, change) -> None:
+    """Copy the archive `source`, passing each member's name and bytes through `change`,
+    which returns the bytes to write (or None to leave the member out)."""
+    with tarfile.open(source, "r:gz") as old, tarfile.open(destination, "w:gz") as new:
+        for member in old.getmembers():
+            data = change(member.name, old.extractfile(member).read())
+            if data is None:
+                continue
+            info = tarfile.TarInfo(member.name)
+            info.size = len(data)
+            new.addfile(info, io.BytesIO(data))
+
+
+def manifest_of(archive: Path) -> dict:
+    with tarfile.open(archive, "r:gz") as opened:
+        return json.loads(opened.extractfile("manifest.json").read())
+
+
+def graph_entry(warmed: Warmed) -> dict:
+    """The manifest entry of one whole-graph kernel in the archive."""
+    return next(item for item in manifest_of(warmed.archive)["entries"] if item["kind"] == "graph")
+
+
+def test_warm_stores_the_good_graphs_and_reports_the_broken_one(warmed, tmp_path):
+    report = warmed.warm
+    (failure,) = report["failures"]
+    assert failure["target"] == "warm_targets:with_broken_graph"
+    assert failure["graph"] == "broken"
+    assert failure["error"].startswith("TypingError"), failure
+    assert "no_such_function" in failure["details"]
+    by_target = {target["target"]: target for target in report["targets"]}
+    assert by_target["warm_script.py"]["failures"] == []
+    assert by_target["warm_script.py"]["compiled"] >= 2  # its rewrite and graph kernel, uncalled
+    assert report["compiled"] >= 2 * len(GOOD) and report["write_errors"] == 0
+
+    # Warming again finds everything cached; the text report names the failure and exits 1.
+    env = {"NBCACHE_DIR": str(tmp_path / "store")}
+    shutil.copytree(warmed.root, tmp_path / "store")
+    again = numba_cache("warm", "warm_targets:with_broken_graph", "warm_script.py", env=env)
+    assert again.returncode == 1, again.stderr
+    lines = again.stdout.splitlines()
+    assert lines[0].startswith("warming 2 targets, 1 at a time, into")
+    assert lines[1].startswith("[1/2] warm_targets:with_broken_graph: ")
+    assert lines[2].startswith("[2/2] warm_script.py: 0 compiled, 2 already cached"), lines
+    assert "FAILED warm_targets:with_broken_graph: broken: TypingError:" in again.stdout
+
+
+def test_exported_cache_serves_every_graph_on_another_machine(warmed, tmp_path):
+    assert warmed.export["entries"] == len(listing({"NBCACHE_DIR": str(warmed.root)}))
+    assert warmed.export["unreadable"] == []
+    manifest = manifest_of(warmed.archive)
+    assert manifest["format"] == "numba_cache archive" and manifest["tool_version"]
+    assert set(manifest["fingerprints"]) == {manifest["exported_from"]}
+    assert all(len(item["record"]["sha256"]) == 64 for item in manifest["entries"])
+
+    env = fresh(tmp_path, "other")
+    imported = numba_cache("import", str(warmed.archive), "--json", env=env)
+    assert imported.returncode == 0, imported.stderr
+    report = json.loads(imported.stdout)
+    assert report["imported"] == warmed.export["entries"] and report["skipped"] == []
+    verify_clean(env)
+
+    run = compile_good_graphs(env)
+    assert run["compiled"] == []  # not one numba compilation, not even the self-test
+    assert run["stats"] == {"rewrite.hit": len(GOOD), "graph.hit": len(GOOD)}, run["stats"]
+    for name, expression in GOOD.items():
+        assert np.allclose(run["values"][name], warm_targets.expected(expression), rtol=1e-12)
+
+    again = numba_cache("import", str(warmed.archive), "--json", env=env)
+    assert again.returncode == 0
+    assert json.loads(again.stdout)["present"] == warmed.export["entries"]
+
+
+def test_import_from_another_fingerprint_imports_nothing(warmed, tmp_path):
+    env = fresh(tmp_path, "other") | FAST_OFF
+    result = numba_cache("import", str(warmed.archive), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "imported 0 entries" in result.stdout
+    assert (f"skipped {warmed.export['entries']} entries of another environment: fingerprint "
+            in result.stdout)
+    assert "pytensor_numba__fastmath=True" in result.stdout  # what differs, as the archive has it
+    assert listing(env) == []
+    verify_clean(env)
+
+
+def test_import_skips_entries_that_fail_their_checksum(warmed, tmp_path):
+    target = graph_entry(warmed)
+    damaged = tmp_path / "flipped.tar.gz"
+
+    def flip_one_byte(name: str, data: bytes) -> bytes:
+        if name.endswith(f"{target['key']}.nbk"):
+            middle = len(data) // 2
+            return data[:middle] + bytes([data[middle] ^ 0x40]) + data[middle + 1:]
+        return data
+
+    rewrite_archive(warmed.archive, damaged, flip_one_byte)
+    env = fresh(tmp_path, "other")
+    result = numba_cache("import", str(damaged), env=env)
+    assert result.returncode == 1, result.stderr
+    assert f"skipped {target['key'][:12]} (graph, " in result.stdout
+    assert "its record fails its checksum (damaged or altered)" in result.stdout
+    assert f"imported {warmed.export['entries'] - 1} entries" in result.stdout
+    assert target["key"] not in {entry["key"] for entry in listing(env)}
+    verify_clean(env)
+
+
+def test_a_consistently_altered_record_never_replaces_a_valid_entry(warmed, tmp_path):
+    """The manifest is rewritten to match the altered record: the record's own checksums
+    catch it, whether the store holds the entry already or not."""
+    target = graph_entry(warmed)
+    altered = tmp_path / "altered.tar.gz"
+    record_name = f"entries/{target['fingerprint']}/{target['key']}.nbk"
+    with tarfile.open(warmed.archive, "r:gz") as opened:
+        record = bytearray(opened.extractfile(record_name).read())
+    record[-100] ^= 0x01  # inside the last blob: the compiled kernel
+    manifest = manifest_of(warmed.archive)
+    for item in manifest["entries"]:
+        if item["key"] == target["key"]:
+            item["record"] = {"size": len(record), "sha256": hashlib.sha256(record).hexdigest()}
+    replaced = {record_name: bytes(record), "manifest.json": json.dumps(manifest).encode()}
+    rewrite_archive(warmed.archive, altered, lambda name, data: replaced.get(name, data))
+
+    clean = fresh(tmp_path, "clean")
+    result = numba_cache("import", str(altered), env=clean)
+    assert result.returncode == 1
+    assert "not a valid record: blob" in result.stdout and "fails its checksum" in result.stdout
+    assert target["key"] not in {entry["key"] for entry in listing(clean)}
+    verify_clean(clean)
+
+    holding = fresh(tmp_path, "holding")
+    assert numba_cache("import", str(warmed.archive), env=holding).returncode == 0
+    before = snapshot(Path(holding["NBCACHE_DIR"]))
+    result = numba_cache("import", str(altered), env=holding)
+    assert result.returncode == 1
+    after = snapshot(Path(holding["NBCACHE_DIR"]))
+    assert {name: digest for name, digest in after.items() if name.endswith((".nbk", ".py"))} == {
+        name: digest for name, digest in before.items() if name.endswith((".nbk", ".py"))
+    }
+    verify_clean(holding)
+
+
+def test_truncated_or_foreign_archives_are_refused_whole(warmed, tmp_path):
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(warmed.archive.read_bytes()[: warmed.archive.stat().st_size * 3 // 4])
+    env = fresh(tmp_path, "other")
+    result = numba_cache("import", str(truncated), env=env)
+    one_line_error(result, "truncated, damaged or not a numba_cache archive; nothing imported")
+    assert listing(env) == []
+    verify_clean(env)
+
+    plain = tmp_path / "plain.tar.gz"
+    rewrite_archive(warmed.archive, plain, lambda name, data: None if name == "manifest.json" else data)
+    one_line_error(numba_cache("import", str(plain), env=env), "has no manifest.json")
+    not_an_archive = tmp_path / "notes.txt"
+    not_an_archive.write_text("hello\n")
+    one_line_error(numba_cache("import", str(not_an_archive), env=env), "nothing imported")
+    one_line_error(numba_cache("import", str(tmp_path / "missing.tar.gz"), env=env), "no such file")
+    assert listing(env) == []
+
+
+def test_warm_and_export_refuse_bad_requests(tmp_path):
+    env = {"NBCACHE_DIR": str(tmp_path / "store")}
+    one_line_error(numba_cache("warm", "no_such_file.py", env=env), "no such file: no_such_file.py")
+    one_line_error(numba_cache("warm", "no_such_module:main", env=env), "no module named")
+    one_line_error(numba_cache("warm", "-j", "0", "warm_script.py", env=env), "-j must be at least 1")
+    one_line_error(numba_cache("warm", "warm_script.py", env=env | {"NBCACHE_DISABLE": "1"}),
+                   "the cache is disabled")
+    one_line_error(numba_cache("export", str(tmp_path / "nowhere" / "a.tar.gz"), env=env),
+                   "no such directory")
+
+
+def test_warm_runs_a_pytest_selection_with_the_cache_as_default_mode(tmp_path):
+    """The tests compile with PyTensor's default mode; warm makes it NUMBA_CACHE."""
+    (tmp_path / "test_model.py").write_text(
+        "import numpy as np, pytensor, pytensor.tensor as pt\n"
+        "def test_model():\n"
+        "    x = pt.vector('x', dtype='float64')\n"
+        "    assert pytensor.function([x], pt.sinh(x) + 1.0)(np.zeros(2)).tolist() == [1.0, 1.0]\n"
+    )
+    env = {"NBCACHE_DIR": str(tmp_path / "store")}
+    result = numba_cache("warm", "--json", "test_model.py::test_model", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["failures"] == [] and report["compiled"] >= 2, report
+    kinds = {entry["kind"] for entry in listing(env)}
+    assert {"rewrite", "graph", "op"} <= kinds
+
+
+def test_import_while_other_processes_compile_in_the_store(warmed, tmp_path):
+    """Two processes compile graphs (one of them the archive's ``exp`` graph, by content)
+    in the store the archive is imported into; every value stays right, every entry
+    imported or already there, the store verifies clean and serves every graph."""
+    from reliability import finish, start
+
+    env = fresh(tmp_path, "busy")
+    names = ["scale2", "tanh", "sqrtcos", "cumsum"]  # scale2 is exp(x) * 2.0, as in the archive
+    workers = [start(["6", str(seed), *names], env, command="churn") for seed in (1, 2)]
+    imported = numba_cache("import", str(warmed.archive), "--json", env=env)
+    reports = [finish(worker) for worker in workers]
+    assert imported.returncode == 0, imported.stderr
+    report = json.loads(imported.stdout)
+    assert report["imported"] + report["present"] == warmed.export["entries"], report
+    for churned in reports:
+        assert churned["wrong"] == [] and churned["warnings"] == [], churned
+    verify_clean(env)
+    run = compile_good_graphs(env)
+    assert run["compiled"] == [] and not any(name.endswith(".miss") for name in run["stats"])
+
+
+def test_warm_survives_a_target_that_crashes_its_process(tmp_path):
+    """A segfault in one target is that target's failure; the other targets are warmed."""
+    (tmp_path / "crash.py").write_text(
+        "import os, signal\nprint('about to crash')\nos.kill(os.getpid(), signal.SIGSEGV)\n"
+    )
+    (tmp_path / "odd.py").write_text("def returns_a_number():\n    return 3\n")
+    shutil.copy(TESTS / "warm_script.py", tmp_path)
+    shutil.copy(TESTS / "warm_targets.py", tmp_path)
+    env = {"NBCACHE_DIR": str(tmp_path / "store")}
+    result = numba_cache("warm", "--json", "crash.py", "odd:returns_a_number", "warm_script.py",
+                         env=env, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    failures = {failure["target"]: failure for failure in report["failures"]}
+    assert set(failures) == {"crash.py", "odd:returns_a_number"}
+    assert failures["crash.py"]["error"] == "the process warming it died (SIGSEGV)"
+    assert "about to crash" in failures["crash.py"]["details"]
+    assert failures["odd:returns_a_number"]["error"].startswith("TypeError: it returned a int")
+    by_target = {target["target"]: target for target in report["targets"]}
+    assert by_target["warm_script.py"]["compiled"] >= 2 and by_target["warm_script.py"]["failures"] == []
