@@ -129,21 +129,25 @@ def _parse_prefix(text: str, what: str) -> str:
     return text
 
 
-def _parse_ttl(text: str, what: str) -> float:
-    """Seconds, or a number with the unit s, m, h or d; 0 keeps entries until deleted."""
+def parse_duration(text: str, what: str = "duration", kind: str = "a duration") -> float:
+    """Seconds in a duration such as ``30``, ``30s``, ``30m``, ``12h``, ``7d``, ``2w`` or ``1.5h``.
+
+    A bare number is seconds. Raises :class:`SettingsError` naming `what`, and what
+    the text was read as (`kind`, for example "an age").
+    """
     match = _DURATION_RE.match(text)
     if not match:
         raise SettingsError(
-            f"{what}: cannot read {text!r} as a duration; use seconds or a number with "
-            "the unit s, m, h or d (for example 30d); 0 means no expiry"
+            f"{what}: cannot read {text!r} as {kind}; use seconds or a number with a unit "
+            "s, m, h, d or w (seconds, minutes, hours, days, weeks), for example 7d or 12h"
         )
     number, unit = match.groups()
     return float(number) * _DURATION_UNITS[unit.lower()]
 
 
 _PREFIX_RE = re.compile(r"[A-Za-z0-9._/-]+")
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdSMHD]?)\s*$")
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdwSMHDW]?)\s*$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 _PARSERS = {
     # Absolute: a relative root would break the index's file URI (and mean another
@@ -158,7 +162,7 @@ _PARSERS = {
     "remote_readonly": parse_bool,
     "remote_secret": lambda text, what: text,
     "remote_secret_file": lambda text, what: Path(text).expanduser(),
-    "remote_ttl": _parse_ttl,
+    "remote_ttl": parse_duration,
     "remote_max_size": parse_size,
     "remote_connect_timeout": _parse_float,
     "remote_timeout": _parse_float,

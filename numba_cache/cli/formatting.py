@@ -1,14 +1,11 @@
-"""Human forms of sizes, times and tables, and the parsing of ages."""
+"""Human forms of sizes, times and tables."""
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 
 _SIZE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_AGE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", re.IGNORECASE)
 
 
 def human_size(size: int) -> str:
@@ -33,21 +30,6 @@ def human_age(moment: float, now: float | None = None) -> str:
 def human_time(moment: float) -> str:
     """A local date and time, and how long ago it was."""
     return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(moment))} ({human_age(moment)})"
-
-
-def parse_age(text: str) -> float:
-    """Seconds in an age such as ``30s``, ``30m``, ``12h``, ``7d``, ``2w`` or ``1.5h``.
-
-    Raises ValueError with a message fit for the user.
-    """
-    match = _AGE.fullmatch(text)
-    if not match:
-        raise ValueError(
-            f"cannot read {text!r} as an age; use a number and a unit s, m, h, d or w "
-            "(seconds, minutes, hours, days, weeks), for example 7d or 12h"
-        )
-    number, unit = match.groups()
-    return float(number) * _AGE_UNITS[unit.lower()]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[str] = ()) -> str:

@@ -8,7 +8,7 @@ import time
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import CliError, confirm, find_fingerprint, open_store
 from numba_cache.cli.entries import entry_json
-from numba_cache.cli.formatting import human_age, human_size, parse_age, plural, table
+from numba_cache.cli.formatting import human_age, human_size, plural, table
 from numba_cache.components import DIGEST_DIGITS
 from numba_cache.keys import current_fingerprint
 
@@ -91,10 +91,8 @@ def command_prune(args) -> int:
     if args.max_size is None and args.older_than is None:
         raise CliError("prune needs --max-size, --older-than or both")
     max_size = None if args.max_size is None else settings_module.parse_size(args.max_size, "--max-size")
-    try:
-        age = None if args.older_than is None else parse_age(args.older_than)
-    except ValueError as error:
-        raise CliError(f"--older-than: {error}") from None
+    age = (None if args.older_than is None
+           else settings_module.parse_duration(args.older_than, "--older-than", kind="an age"))
     store = open_store(write=not args.dry_run)
     listing = {(entry.fingerprint, entry.key): entry for entry in store.entries()}
     cutoff = None if age is None else time.time() - age
