@@ -224,7 +224,7 @@ def machine_section(machine: dict) -> list[str]:
         f"`{machine['code_digest']}` at the start, " + (
             "unchanged at the end" if machine["code_digest_end"] == machine["code_digest"]
             else f"**`{machine['code_digest_end']}` at the end: the code changed during the run**"
-        ),
+        ) + "; its bytecode written before the run, as a wheel install does",
         f"- load average (1 min) {machine['load_average']:.2f} at the start, "
         f"{machine['load_average_end']:.2f} at the end; the run took "
         f"{machine['duration'] / 60:.1f} min",

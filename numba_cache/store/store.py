@@ -12,10 +12,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-
 from ..settings import Settings
-from . import checkpoints, record
+from . import checkpoints, locks, record
 from .entry import KINDS, Entry, check_address, check_name, is_sha256_hex
 from .index import Index
 from .local import LocalBackend, make_private_dirs
@@ -209,7 +207,7 @@ class Store:
         if not (self.settings.disabled or self.readonly):
             try:
                 held = self._acquire(self._lock_path(fingerprint, key), self.settings.lock_timeout)
-            except Timeout:
+            except locks.LockBusy:
                 warn_once(
                     ("lock timeout", fingerprint, key),
                     f"numba_cache: waited {self.settings.lock_timeout:g} s for another process "
@@ -346,7 +344,7 @@ class Store:
             timeout = self.settings.lock_timeout
         try:
             store_lock = self._acquire(self.root / EVICTION_LOCK_NAME, timeout)
-        except Timeout:
+        except locks.LockBusy:
             return []
         if store_lock is None:
             return []
@@ -458,7 +456,7 @@ class Store:
     def _remove_unless_locked(self, fingerprint: str, key: str) -> bool:
         try:
             entry_lock = self._acquire(self._lock_path(fingerprint, key), 0)
-        except Timeout:
+        except locks.LockBusy:
             return False
         if entry_lock is None:
             return False
@@ -536,19 +534,16 @@ class Store:
             )
         return not self.readonly
 
-    def _acquire(self, path: Path, timeout: float) -> FileLock | None:
-        """The filelock at `path`, acquired within `timeout` seconds.
+    def _acquire(self, path: Path, timeout: float):
+        """The lock at `path` (see :func:`.locks.acquire`), acquired within `timeout` seconds.
 
-        Raises :class:`filelock.Timeout` when someone else holds it; returns None
+        Raises :class:`.locks.LockBusy` when someone else holds it; returns None
         (warned once) when it cannot be created: as a failed write if the disk refused.
         """
-        lock = _file_lock(path)
         try:
             make_private_dirs(self.root)
             path.parent.mkdir(parents=True, exist_ok=True)
-            lock.acquire(timeout=timeout)
-        except Timeout:  # an OSError too, but one the caller handles
-            raise
+            return locks.acquire(path, timeout)
         # NotImplementedError is how filelock < 4 says the filesystem has no flock.
         except (OSError, NotImplementedError) as error:
             if getattr(error, "errno", None) in _DISK_FAILURES:
@@ -560,7 +555,6 @@ class Store:
                     "going on without locking.",
                 )
             return None
-        return lock
 
     def _fingerprint_path(self, fingerprint: str) -> Path:
         return self.root / fingerprint / FINGERPRINT_NAME
@@ -604,16 +598,6 @@ def _eviction(
             total -= entry.size
             removed.append(entry)
     return removed
-
-
-def _file_lock(path: Path) -> FileLock:
-    # filelock >= 4 falls back to a soft lock where the filesystem has no flock. A soft
-    # lock outlives a killed holder, and every later compile of the key would wait for
-    # the full timeout; going on without a lock is better.
-    try:
-        return FileLock(path, fallback_to_soft=False)
-    except TypeError:  # filelock < 4: no fallback to turn off
-        return FileLock(path)
 
 
 def _writable(root: Path) -> bool:
