@@ -59,3 +59,29 @@ def test_a_function_without_outputs_runs():
     function = pytensor.function([], [], updates={counter: counter * 2}, mode="NUMBA_CACHE")
     function()
     assert counter.get_value() == 2.0
+
+
+def test_scan_inner_graph_is_baked_as_in_numba_mode():
+    """PyTensor picks inner-graph rewrites by linker class: ours must get numba's.
+
+    As a plain ``JITLinker`` it got the C/VM Scan rewrite, whose inner graph lacks
+    numba's inplace (the AR(1) step allocated four more arrays per iteration).
+    """
+    from pytensor.link.numba.linker import NumbaLinker
+    from pytensor.scan.op import Scan
+
+    from numba_cache.models import ar1_model
+
+    model = ar1_model(observations=10)
+
+    def inner_destroy_maps(function):
+        [scan] = [node.op for node in function.maker.fgraph.toposort() if isinstance(node.op, Scan)]
+        return [(str(node.op), node.op.destroy_map) for node in scan.fgraph.toposort()]
+
+    ours, builtin = _compile_both(model.inputs, model.outputs)
+    assert isinstance(ours.maker.linker, NumbaLinker)
+    assert inner_destroy_maps(ours) == inner_destroy_maps(builtin)
+    assert any(destroy_map for _, destroy_map in inner_destroy_maps(ours))
+    for mine, theirs in zip(ours(*model.point), builtin(*model.point), strict=True):
+        # The outer toposorts differ, and fastmath reassociates: last-bit differences.
+        np.testing.assert_allclose(mine, theirs, rtol=1e-12)

@@ -38,8 +38,10 @@ REWRITE_FLAGS = (
     "tensor__insert_inplace_optimizer_validate_nb",
 )
 
-#: Bump when the stored form of a rewritten graph changes.
-REWRITE_CACHE_VERSION = 1
+#: Bump when the stored form of a rewritten graph changes, or what rewriting produces.
+#: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with
+#: numba's inner-graph rewrite (version 1 entries hold C/VM-baked Scan inner graphs).
+REWRITE_CACHE_VERSION = 2
 
 
 def describe_query(query) -> list:
