@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from helpers import run_python
 
 COMPILE_RADON = """
@@ -88,3 +90,32 @@ def test_builtin_numba_mode_keeps_working_and_hitting_its_own_cache(tmp_path):
     assert first["before"][1] > 0
     # A fresh process compiles the built-in NUMBA graph from PyTensor's own cache.
     assert second["before"][1] == 0
+
+
+LENGTHS = """
+import json
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import numba_cache
+
+vectors = [pt.vector(f"x{n}", shape=(n,)) for n in (3, 5, 8)]
+output = pt.add(*[(pt.exp(x) * 2.0).sum() for x in vectors])
+function = pytensor.function(vectors, output, mode="NUMBA_CACHE")
+values = [np.linspace(-1, 1, n) for n in (3, 5, 8)]
+print(json.dumps({
+    "value": float(function(*values)),
+    "expected": float(sum((np.exp(v) * 2.0).sum() for v in values)),
+    "stats": dict(numba_cache.session_stats()),
+}))
+"""
+
+
+def test_nodes_differing_only_in_static_lengths_share_one_op_kernel(private_store):
+    """Three terms over vectors of 3, 5 and 8 elements: one op kernel, right values."""
+    result = run_python(LENGTHS)
+    assert result["value"] == pytest.approx(result["expected"], rel=1e-12)
+    print(result["stats"])
+    assert result["stats"]["op.reused"] >= 2
+    again = run_python(LENGTHS)
+    assert again["value"] == result["value"]
+    assert again["stats"] == {"rewrite.hit": 1, "graph.hit": 1}

@@ -138,3 +138,31 @@ def test_rewritten_family_graphs_are_described_without_pickle_fallbacks(family):
     for node in fgraph.toposort():
         description = json.dumps(describe_op(node.op))
         assert '"pickle"' not in description, (str(node.op), description[:300])
+
+
+def op_key(make_output, *input_types):
+    from numba_cache.keys.kernels import op_kernel_key
+
+    inputs = [input_type() for input_type in input_types]
+    node = make_output(*inputs).owner
+    return op_kernel_key(node, "pytensor-key", current_fingerprint()).digest
+
+
+def test_op_key_ignores_static_lengths_other_than_one():
+    """numba compiles per dtype and rank; PyTensor's key carries any length its code reads."""
+    five, seven = pt.TensorType("float64", shape=(5,)), pt.TensorType("float64", shape=(7,))
+    unknown = pt.TensorType("float64", shape=(None,))
+    assert op_key(pt.exp, five) == op_key(pt.exp, seven) == op_key(pt.exp, unknown)
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        pytest.param(pt.TensorType("float64", shape=(1,)), id="known-to-be-one"),
+        pytest.param(pt.TensorType("float32", shape=(5,)), id="dtype"),
+        pytest.param(pt.TensorType("float64", shape=(5, 5)), id="rank"),
+    ],
+)
+def test_op_key_changes_with_what_kernel_code_depends_on(other):
+    five = pt.TensorType("float64", shape=(5,))
+    assert op_key(pt.exp, five) != op_key(pt.exp, other)

@@ -2,12 +2,14 @@
 
 Both are salted with the environment fingerprint and the codegen version. An op
 kernel's key also carries PyTensor's own per-op cache key (which versions the
-dispatch implementation) and the types of the node's inputs and outputs. The
-values of constant inputs are not part of an op key: a kernel receives them as
+dispatch implementation) and the types of the node's inputs and outputs as far
+as the kernel's code can depend on them (dtype, rank, dimensions known to be 1:
+:func:`.ops.kernel_level_types`). Neither the other static lengths nor the
+values of constant inputs are part of an op key: a kernel receives constants as
 arguments, and PyTensor's numba dispatch generates code from the op and the
-types, never from an input's value, so one kernel serves every node that
-differs only in its constants (a model with a thousand terms has a few dozen
-kernels, not a thousand). In the graph key, large array constants are kernel
+types, putting whatever else it reads into its own key, so one kernel serves
+every node that differs only in its constants or lengths (a model with a
+thousand terms has a few dozen kernels, not a thousand). In the graph key, large array constants are kernel
 arguments and enter by type and shape only (see :mod:`.constants`).
 """
 
@@ -17,7 +19,7 @@ from numba_cache.codegen.sources import CODEGEN_VERSION
 from numba_cache.keys.canonical import digest, qualified_name
 from numba_cache.keys.graph import describe_graph, graph_summary
 from numba_cache.keys.key import Key
-from numba_cache.keys.ops import describe_op, describe_type
+from numba_cache.keys.ops import describe_op, describe_type, kernel_level_types
 
 
 def graph_kernel_key(fgraph, fingerprint) -> Key:
@@ -38,6 +40,10 @@ def graph_kernel_key(fgraph, fingerprint) -> Key:
 
 def op_kernel_key(node, pytensor_key: str, fingerprint) -> Key:
     op = node.op
+    with kernel_level_types():
+        op_digest = digest(describe_op(op))
+        inputs = [describe_type(variable.type) for variable in node.inputs]
+        outputs = [describe_type(variable.type) for variable in node.outputs]
     return Key.from_components(
         "op",
         f"op {str(op)[:60]}",
@@ -45,10 +51,10 @@ def op_kernel_key(node, pytensor_key: str, fingerprint) -> Key:
             "fingerprint": fingerprint.digest,
             "codegen": CODEGEN_VERSION,
             "op_type": qualified_name(type(op)),
-            "op": digest(describe_op(op)),
+            "op": op_digest,
             "pytensor_key": pytensor_key,
-            "inputs": [describe_type(variable.type) for variable in node.inputs],
-            "outputs": [describe_type(variable.type) for variable in node.outputs],
+            "inputs": inputs,
+            "outputs": outputs,
         },
     )
 

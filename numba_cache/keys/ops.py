@@ -9,8 +9,12 @@ fall back to their public attributes.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 from pytensor.graph.fg import AbstractFunctionGraph
 from pytensor.graph.type import Type
+from pytensor.tensor.type import TensorType
 
 from numba_cache.keys.canonical import canonical, props_description, qualified_name
 
@@ -27,6 +31,36 @@ def describe_op(op) -> list:
 def describe_type(pytensor_type: Type) -> list:
     """JSON description of a PyTensor type (dtype, static shape, ...)."""
     return canonical(pytensor_type)
+
+
+_KERNEL_LEVEL_TYPES = contextvars.ContextVar("numba_cache_kernel_level_types", default=False)
+
+
+@contextlib.contextmanager
+def kernel_level_types():
+    """Within the block, tensor types are described only as far as kernel code depends on them.
+
+    That is their dtype, rank and which dimensions are known to be 1, not the
+    other static lengths; inner graphs (Composite, FusedElemwise, Scan...)
+    included. numba compiles per dtype, rank and layout, and PyTensor's numba
+    dispatch contract (``register_funcify_and_cache_key``) is that a conversion
+    reading anything else of a node, such as a static length, puts it in its
+    own cache key, which the op key carries. Used for op keys; graph keys
+    describe types in full.
+    """
+    token = _KERNEL_LEVEL_TYPES.set(True)
+    try:
+        yield
+    finally:
+        _KERNEL_LEVEL_TYPES.reset(token)
+
+
+@canonical.register(TensorType)
+def _(tensor_type):
+    if not _KERNEL_LEVEL_TYPES.get():
+        return props_description(tensor_type)
+    return ["tensor", qualified_name(type(tensor_type)), tensor_type.dtype,
+            [bool(known_one) for known_one in tensor_type.broadcastable]]
 
 
 @canonical.register(AbstractFunctionGraph)
