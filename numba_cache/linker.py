@@ -24,7 +24,7 @@ from pytensor.link.numba.linker import NumbaLinker
 from pytensor.link.utils import raise_with_op
 
 from numba_cache.codegen.thunk import direct_thunk
-from numba_cache.kernels import fork_safety
+from numba_cache.kernels import fork_safety, objmode
 
 MODE_NAME = "NUMBA_CACHE"
 LINKER_NAME = "numba_cache"
@@ -93,6 +93,7 @@ def numba_cache_mode() -> Mode:
 def register() -> None:
     """Register the ``numba_cache`` linker and the ``NUMBA_CACHE`` mode (idempotent)."""
     fork_safety.install()
+    objmode.install()
     if LINKER_NAME not in predefined_linkers:
         register_linker(LINKER_NAME, NumbaCacheLinker())
     if MODE_NAME not in predefined_modes:

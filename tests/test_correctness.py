@@ -30,7 +30,7 @@ for name in FAMILIES:
             r.dtype == e.dtype and r.shape == e.shape and np.allclose(r, e, equal_nan=True)
             for r, e in zip(results, expected)
         ),
-        "compiles": [c for c in compiles if not c.endswith("_pointer")],
+        "compiles": compiles,
         "stats": dict(numba_cache.session_stats()),
         "results": [r.tolist() for r in results],
     }
@@ -45,7 +45,8 @@ def test_families_cold_then_warm_match_python_mode():
         assert cold[name]["equal"], f"{name}: cold results differ from Python mode"
         assert warm[name]["equal"], f"{name}: warm results differ from Python mode"
         assert warm[name]["results"] == cold[name]["results"], name
-        # Warm: every graph kernel is a hit and numba compiles nothing (BLAS/LAPACK
-        # pointer getters that numba's loader recompiles per process are excluded).
+        # Warm: every graph kernel is a hit and numba compiles nothing, not even the
+        # object-mode blocks of BLAS/LAPACK pointer getters (loaded from the store).
         assert warm[name]["compiles"] == [], (name, warm[name]["compiles"])
-        assert set(warm[name]["stats"]) == {"rewrite.hit", "graph.hit"}, (name, warm[name]["stats"])
+        assert set(warm[name]["stats"]) - {"objmode.hit"} == {"rewrite.hit", "graph.hit"}, (
+            name, warm[name]["stats"])

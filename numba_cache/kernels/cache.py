@@ -25,12 +25,14 @@ from collections.abc import Callable
 
 from numba.core.caching import _Cache
 
-from numba_cache.kernels import report
+from numba_cache.kernels import objmode, report
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.store import Entry, StoreWarning
 
 _OVERLOAD_PREFIX = "kernel:"
+#: Blob listing the object-mode blocks the kernel's code holds (see :mod:`.objmode`).
+BLOCKS_BLOB = "objmode_blocks"
 
 
 def overload_blob_name(signature) -> str:
@@ -42,12 +44,14 @@ class KernelCache(_Cache):
 
     `prepare` is called on a miss, right before numba compiles; it may return an
     :class:`Uncacheable` verdict (e.g. a graph whose op kernel is uncacheable).
-    `verdict` is a verdict known before compiling.
+    `verdict` is a verdict known before compiling. `object_mode` marks the kernel
+    of an object-mode block (see :mod:`.objmode`), stored with its environment.
     """
 
-    def __init__(self, context, key, source: str, prepare: Callable | None = None,
-                 verdict: Uncacheable | None = None):
+    def __init__(self, context, key, source: str | None, prepare: Callable | None = None,
+                 verdict: Uncacheable | None = None, object_mode: bool = False):
         self._context = context
+        self._object_mode = object_mode
         self._key = key
         self._source = source
         self._prepare = prepare
@@ -131,6 +135,7 @@ class KernelCache(_Cache):
         if payload is None:
             return None
         try:
+            objmode.note_blocks(entry.blobs.get(BLOCKS_BLOB, b"").decode())
             return load_compile_result(payload, target_context)
         except Exception as exc:  # any failure to rebuild means the entry is unusable
             warnings.warn(
@@ -155,7 +160,10 @@ class KernelCache(_Cache):
     def save_overload(self, sig, cres):
         if not self._persistent or self._verdict_is_stored:
             return
-        verdict = self._verdict or inspect_compile_result(cres)
+        verdict, llvm_ir = self._verdict, None
+        if verdict is None:
+            llvm_ir = cres.library.get_llvm_str()
+            verdict = inspect_compile_result(cres, llvm_ir, self._object_mode)
         if verdict is not None:
             if self._verdict is None:
                 self._verdict = verdict
@@ -164,7 +172,7 @@ class KernelCache(_Cache):
             self._verdict_is_stored = True
             return
         try:
-            payload = dump_compile_result(cres)
+            payload = dump_compile_result(cres, keep_environment=self._object_mode)
         except Exception as exc:
             verdict = Uncacheable("unserializable", f"numba could not serialize it: {exc!r}")
             report.uncacheable(self._context, self._key, verdict)
@@ -172,6 +180,9 @@ class KernelCache(_Cache):
         existing = self._entry
         blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
         blobs[overload_blob_name(sig)] = payload
+        blocks = objmode.note_blocks(llvm_ir + blobs.get(BLOCKS_BLOB, b"").decode())
+        if blocks:
+            blobs[BLOCKS_BLOB] = "\n".join(blocks).encode()
         self._save(cacheable=True, verdict=None, blobs=blobs)
 
     def _save(self, cacheable: bool, verdict: Uncacheable | None, blobs: dict):

@@ -20,8 +20,8 @@ Two departures from numba's cache, both to make a warm load cheap:
   :mod:`numba_cache.codegen.generated` module instead of the module they were
   defined in. numba rebuilds an environment by importing that module, which for
   PyTensor's kernels means importing all of its numba dispatch; nopython code
-  never reads environment globals at run time (only object-mode lowering does,
-  and object-mode kernels are never persisted, see :mod:`.uncacheable`).
+  never reads environment globals at run time. Object-mode code does: the
+  object-mode blocks persisted by :mod:`.objmode` keep their module.
 
 This is private numba API, hence the pinned numba range, the numba version in
 the fingerprint, and :func:`self_test`, which round-trips a tiny kernel once per
@@ -47,9 +47,15 @@ class _KernelPickler(serialize.NumbaPickler):
         return super().reducer_override(obj)
 
 
-def dump_compile_result(cres) -> bytes:
+def dump_compile_result(cres, keep_environment: bool = False) -> bytes:
+    """`cres` as bytes; `keep_environment` keeps its environment's own module.
+
+    That is needed for object-mode code (see :mod:`.objmode`), which reads its
+    globals from the environment at run time.
+    """
+    pickler = serialize.NumbaPickler if keep_environment else _KernelPickler
     with io.BytesIO() as buffer:
-        _KernelPickler(buffer, protocol=4).dump(cres._reduce())
+        pickler(buffer, protocol=4).dump(cres._reduce())
         return buffer.getvalue()
 
 

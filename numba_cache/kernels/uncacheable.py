@@ -12,7 +12,8 @@ Before compiling
     fallbacks, explicit opt-outs);
   - the op cannot be described by content (see :mod:`numba_cache.keys`).
 After compiling, before writing (:func:`inspect_compile_result`)
-  - numba's own criteria: object mode, lifted code that cannot be cached,
+  - numba's own criteria: object mode (but for object-mode blocks, see
+    :mod:`.objmode`), lifted code that cannot be cached,
     dynamic globals (ctypes pointers, constants too large or non-contiguous to
     freeze), an environment without a module;
   - a scan of the final LLVM IR for integer constants that are addresses mapped
@@ -60,9 +61,14 @@ def registered_reason(op) -> Uncacheable | None:
     return None
 
 
-def inspect_compile_result(cres) -> Uncacheable | None:
-    """The reason a freshly compiled kernel must not be persisted, or None."""
-    if cres.objectmode:
+def inspect_compile_result(cres, llvm_ir: str, object_mode: bool = False) -> Uncacheable | None:
+    """The reason a freshly compiled kernel must not be persisted, or None.
+
+    `llvm_ir` is ``cres.library.get_llvm_str()``. `object_mode` allows
+    object-mode code: that of an object-mode block (see :mod:`.objmode`), whose
+    environment is stored with it.
+    """
+    if cres.objectmode and not object_mode:
         return Uncacheable("object-mode", "compiled in numba object mode")
     if any(not lifted.can_cache for lifted in cres.lifted):
         return Uncacheable("lifted-code", "contains lifted loops that numba cannot cache")
@@ -74,7 +80,7 @@ def inspect_compile_result(cres) -> Uncacheable | None:
         )
     if not cres.environment.can_cache():
         return Uncacheable("dynamic-environment", "its environment has no module to rebuild from")
-    address = baked_address(cres.library.get_llvm_str())
+    address = baked_address(llvm_ir)
     if address is not None:
         return Uncacheable(
             "baked-address",

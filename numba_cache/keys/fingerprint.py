@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 #: Version of numba_cache's key and entry formats; bump to invalidate every entry.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 _VERSIONED_PACKAGES = ("numba", "llvmlite", "numpy", "scipy", "pytensor")
 

@@ -58,3 +58,22 @@ def op_kernel_key(node, pytensor_key: str, fingerprint) -> Key:
         },
     )
 
+
+
+def object_mode_key(block_uuid: str, function: str, signature: str, fingerprint) -> Key:
+    """The key of an object-mode block's compiled code (see :mod:`numba_cache.kernels.objmode`).
+
+    `block_uuid` is the uuid numba gave the block's dispatcher when it compiled
+    the kernel holding it; `function` names the function holding the block.
+    """
+    return Key.from_components(
+        "objmode",
+        f"object-mode block in {function}",
+        {
+            "fingerprint": fingerprint.digest,
+            "codegen": CODEGEN_VERSION,
+            "block": block_uuid,
+            "function": function,
+            "signature": signature,
+        },
+    )

@@ -13,8 +13,9 @@ class Key:
 
     `components` is JSON data naming each ingredient (the fingerprint, the op and
     its properties, types, constants, ...), kept so that a miss can be explained
-    by diffing the components of two keys. `kind` is ``"graph"`` or ``"op"``;
-    `summary` is a short human description of what the key stands for.
+    by diffing the components of two keys. `kind` is one of the store's kinds
+    (``"graph"``, ``"op"``, ``"rewrite"``, ``"objmode"``); `summary` is a short
+    human description of what the key stands for.
     """
 
     kind: str

@@ -1,0 +1,116 @@
+"""Object-mode blocks inside kernels: compiled once, then loaded in every process.
+
+PyTensor's kernels look BLAS/LAPACK and ``scipy.special`` pointers up at run
+time, through a nopython getter holding a ``numba.objmode`` block, so that no
+address is baked into cached code. numba holds such a block in the kernel as a
+pickled dispatcher, and compiles it the first time the machine code runs it, in
+every process: 25-40 ms a routine plus the compiler's set-up (0.33 s for the six
+routines of the GP benchmark model), more than the rest of a warm compile.
+
+The machine code gets that compile by unpickling a reference to numba's
+``ObjModeUtils._call_objmode_dispatcher`` by name. :func:`install` puts
+:func:`_compile_through_store` there (under numba's names, so code compiled
+meanwhile, PyTensor's own cache included, still refers to numba's function):
+blocks of PyTensor's numba dispatch are looked up in the store first, and
+stored after compiling, through the same :class:`.cache.KernelCache` as every
+kernel (locks, checksums, counters ``objmode.hit``/``objmode.miss``). Any other
+block is compiled by numba as before.
+
+The key is the block's dispatcher uuid, which numba draws at random when the
+block's kernel is compiled and pickles with it, so every process loading that
+kernel sees the same uuid, and no other block has it; plus the function holding
+the block, the argument types and the environment fingerprint. A block is
+stored only if a kernel in the store holds it (its uuid is in the kernel's IR,
+listed in the kernel's entry, see :func:`note_blocks`): blocks of kernels
+compiled afresh in every process (PyTensor's ``NUMBA`` mode with its cache off)
+would only fill the store.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+from numba.core import pythonapi, types
+from numba.core.dispatcher import ObjModeLiftedWith
+
+from numba_cache.keys.kernels import object_mode_key
+from numba_cache.store import StoreWarning
+
+#: Blocks compiled through the store: those of functions defined in these packages.
+CACHED_PACKAGES = ("pytensor.",)
+
+_numba_compile = pythonapi.ObjModeUtils._call_objmode_dispatcher
+
+# A dispatcher uuid, as pickled (in plain text) into the IR of the kernels holding it.
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_blocks_of_stored_kernels: set[str] = set()
+
+
+def note_blocks(text: str) -> list[str]:
+    """Remember the blocks named in `text`: a stored kernel's LLVM IR, or their list.
+
+    Returns their uuids, sorted: the list a kernel's entry keeps, so that a
+    process loading the kernel knows its blocks too.
+    """
+    blocks = sorted(set(_UUID.findall(text)))
+    _blocks_of_stored_kernels.update(blocks)
+    return blocks
+
+
+def install() -> None:
+    """Compile PyTensor's object-mode blocks through the store from now on (idempotent)."""
+    pythonapi.ObjModeUtils._call_objmode_dispatcher = staticmethod(_compile_through_store)
+
+
+def _compile_through_store(compile_args):
+    """numba's ``_call_objmode_dispatcher``: the entry point of a block, loaded or compiled."""
+    dispatcher, _ = compile_args
+    if not _is_cached_block(dispatcher):
+        return _numba_compile(compile_args)
+    try:
+        return _through_store(compile_args)
+    except Exception as exc:  # the cache must never make a compile fail
+        warnings.warn(f"numba_cache: object-mode block {dispatcher.func_ir.func_id.func_qualname} "
+                      f"compiled without the cache ({exc!r})", StoreWarning, stacklevel=2)
+        return _numba_compile(compile_args)
+
+
+def _through_store(compile_args):
+    """Load the block from the store, or compile it and store it.
+
+    A block the kernel's own compile already built (numba compiles it while
+    typing the getter) is stored too, so that the next process loads it.
+    A miss is counted even for a block that is then not stored.
+    """
+    from numba_cache.kernels.cache import KernelCache
+    from numba_cache.kernels.context import current_context
+
+    dispatcher, argument_types = compile_args
+    context = current_context()
+    if not context.enabled:
+        return _numba_compile(compile_args)
+    signature = (types.ffi_forced_object,) * len(argument_types)
+    function = dispatcher.func_ir.func_id
+    key = object_mode_key(dispatcher._uuid, f"{function.modname}.{function.func_qualname}",
+                          str(signature), context.fingerprint)
+    cache = KernelCache(context, key, source=None, object_mode=True)
+    with cache.compiling():
+        compiled = dispatcher.overloads.get(signature)
+        stored = cache.load_overload(signature, dispatcher.targetctx)
+        if compiled is None and stored is not None:
+            dispatcher.add_overload(stored)
+            return stored.entry_point
+        entry_point = _numba_compile(compile_args)
+        if stored is None and dispatcher._uuid in _blocks_of_stored_kernels:
+            cache.save_overload(signature, dispatcher.overloads[signature])
+        return entry_point
+
+
+_compile_through_store.__module__ = _numba_compile.__module__
+_compile_through_store.__qualname__ = _numba_compile.__qualname__
+
+
+def _is_cached_block(dispatcher) -> bool:
+    return isinstance(dispatcher, ObjModeLiftedWith) and dispatcher.func_ir.func_id.modname.startswith(
+        CACHED_PACKAGES)
