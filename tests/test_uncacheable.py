@@ -82,10 +82,12 @@ def test_blas_lapack_kernels_that_look_up_pointers_at_run_time_stay_cacheable():
     )
     cold, warm = compile_twice(expression)
     assert all(e[2] for e in cold["entries"]), cold["entries"]  # kernels and rewritten graph
-    # Each routine's pointer getter holds an object-mode block, stored with the kernels.
+    # Each routine's pointer getter holds an object-mode block, stored with the kernels;
+    # the warm process loads those it runs (solve's, cholesky's, dot's) and compiles nothing.
     blocks = [e for e in cold["entries"] if e[0] == "objmode"]
-    assert len(blocks) >= 2 and all("_pointer" in e[1] for e in blocks), cold["entries"]
-    assert warm["stats"] == {"rewrite.hit": 1, "graph.hit": 1, "objmode.hit": len(blocks)}
+    assert len(blocks) >= 3 and all("_pointer" in e[1] for e in blocks), cold["entries"]
+    assert warm["stats"]["objmode.hit"] >= 3 and "objmode.miss" not in warm["stats"]
+    assert set(warm["stats"]) == {"rewrite.hit", "graph.hit", "objmode.hit"}
     assert warm["compiled"] == []
     assert cold["value"] == warm["value"]
 

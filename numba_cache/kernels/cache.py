@@ -184,6 +184,8 @@ class KernelCache(_Cache):
         if blocks:
             blobs[BLOCKS_BLOB] = "\n".join(blocks).encode()
         self._save(cacheable=True, verdict=None, blobs=blobs)
+        if not self._object_mode:
+            objmode.store_compiled_blocks(self._context, blocks)
 
     def _save(self, cacheable: bool, verdict: Uncacheable | None, blobs: dict):
         components = dict(self._key.components)

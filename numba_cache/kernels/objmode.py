@@ -14,7 +14,9 @@ meanwhile, PyTensor's own cache included, still refers to numba's function):
 blocks of PyTensor's numba dispatch are looked up in the store first, and
 stored after compiling, through the same :class:`.cache.KernelCache` as every
 kernel (locks, checksums, counters ``objmode.hit``/``objmode.miss``). Any other
-block is compiled by numba as before.
+block is compiled by numba as before. The process that stores a kernel stores
+its blocks with it (:func:`store_compiled_blocks`): numba compiled them while
+typing the kernel, even if it never runs here.
 
 The key is the block's dispatcher uuid, which numba draws at random when the
 block's kernel is compiled and pickles with it, so every process loading that
@@ -45,6 +47,7 @@ _numba_compile = pythonapi.ObjModeUtils._call_objmode_dispatcher
 # A dispatcher uuid, as pickled (in plain text) into the IR of the kernels holding it.
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _blocks_of_stored_kernels: set[str] = set()
+_stored_here: set[tuple] = set()
 
 
 def note_blocks(text: str) -> list[str]:
@@ -58,6 +61,27 @@ def note_blocks(text: str) -> list[str]:
     return blocks
 
 
+def store_compiled_blocks(context, blocks: list[str]) -> None:
+    """Store the blocks among `blocks` that this process has compiled.
+
+    numba compiles a block while typing the function holding it, so the process
+    storing a kernel has its blocks compiled, whether or not the kernel ever
+    runs here (``numba-cache warm`` compiles kernels without running them).
+    """
+    from numba_cache.kernels.cache import KernelCache
+
+    for block in blocks:
+        dispatcher = ObjModeLiftedWith._memo.get(block)
+        if dispatcher is None or not _is_cached_block(dispatcher):
+            continue
+        for signature, compiled in list(dispatcher.overloads.items()):
+            if (block, signature) not in _stored_here:
+                _stored_here.add((block, signature))
+                cache = KernelCache(context, _key(context, dispatcher, signature), source=None,
+                                    object_mode=True)
+                cache.save_overload(signature, compiled)
+
+
 def install() -> None:
     """Compile PyTensor's object-mode blocks through the store from now on (idempotent)."""
     pythonapi.ObjModeUtils._call_objmode_dispatcher = staticmethod(_compile_through_store)
@@ -65,46 +89,44 @@ def install() -> None:
 
 def _compile_through_store(compile_args):
     """numba's ``_call_objmode_dispatcher``: the entry point of a block, loaded or compiled."""
-    dispatcher, _ = compile_args
-    if not _is_cached_block(dispatcher):
+    dispatcher, argument_types = compile_args
+    signature = (types.ffi_forced_object,) * len(argument_types)
+    if not _is_cached_block(dispatcher) or signature in dispatcher.overloads:
         return _numba_compile(compile_args)
     try:
-        return _through_store(compile_args)
+        return _load_or_compile(compile_args, signature)
     except Exception as exc:  # the cache must never make a compile fail
         warnings.warn(f"numba_cache: object-mode block {dispatcher.func_ir.func_id.func_qualname} "
                       f"compiled without the cache ({exc!r})", StoreWarning, stacklevel=2)
         return _numba_compile(compile_args)
 
 
-def _through_store(compile_args):
-    """Load the block from the store, or compile it and store it.
-
-    A block the kernel's own compile already built (numba compiles it while
-    typing the getter) is stored too, so that the next process loads it.
-    A miss is counted even for a block that is then not stored.
-    """
+def _load_or_compile(compile_args, signature):
+    """The block from the store, or compiled (and stored, if a stored kernel holds it)."""
     from numba_cache.kernels.cache import KernelCache
     from numba_cache.kernels.context import current_context
 
-    dispatcher, argument_types = compile_args
+    dispatcher, _ = compile_args
     context = current_context()
     if not context.enabled:
         return _numba_compile(compile_args)
-    signature = (types.ffi_forced_object,) * len(argument_types)
-    function = dispatcher.func_ir.func_id
-    key = object_mode_key(dispatcher._uuid, f"{function.modname}.{function.func_qualname}",
-                          str(signature), context.fingerprint)
-    cache = KernelCache(context, key, source=None, object_mode=True)
+    cache = KernelCache(context, _key(context, dispatcher, signature), source=None,
+                        object_mode=True)
     with cache.compiling():
-        compiled = dispatcher.overloads.get(signature)
         stored = cache.load_overload(signature, dispatcher.targetctx)
-        if compiled is None and stored is not None:
+        if stored is not None:
             dispatcher.add_overload(stored)
             return stored.entry_point
         entry_point = _numba_compile(compile_args)
-        if stored is None and dispatcher._uuid in _blocks_of_stored_kernels:
+        if dispatcher._uuid in _blocks_of_stored_kernels:
             cache.save_overload(signature, dispatcher.overloads[signature])
         return entry_point
+
+
+def _key(context, dispatcher, signature):
+    function = dispatcher.func_ir.func_id
+    return object_mode_key(dispatcher._uuid, f"{function.modname}.{function.func_qualname}",
+                           str(signature), context.fingerprint)
 
 
 _compile_through_store.__module__ = _numba_compile.__module__
