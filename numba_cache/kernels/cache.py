@@ -180,12 +180,14 @@ class KernelCache(_Cache):
         existing = self._entry
         blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
         blobs[overload_blob_name(sig)] = payload
+        if self._object_mode:
+            self._save(cacheable=True, verdict=None, blobs=blobs)
+            return
         blocks = objmode.note_blocks(llvm_ir + blobs.get(BLOCKS_BLOB, b"").decode())
         if blocks:
             blobs[BLOCKS_BLOB] = "\n".join(blocks).encode()
         self._save(cacheable=True, verdict=None, blobs=blobs)
-        if not self._object_mode:
-            objmode.store_compiled_blocks(self._context, blocks)
+        objmode.store_compiled_blocks(self._context, blocks)
 
     def _save(self, cacheable: bool, verdict: Uncacheable | None, blobs: dict):
         components = dict(self._key.components)

@@ -101,6 +101,11 @@ def _compile_through_store(compile_args):
         return _numba_compile(compile_args)
 
 
+# Pickled by reference under numba's names: see the module docstring.
+_compile_through_store.__module__ = _numba_compile.__module__
+_compile_through_store.__qualname__ = _numba_compile.__qualname__
+
+
 def _load_or_compile(compile_args, signature):
     """The block from the store, or compiled (and stored, if a stored kernel holds it)."""
     from numba_cache.kernels.cache import KernelCache
@@ -127,10 +132,6 @@ def _key(context, dispatcher, signature):
     function = dispatcher.func_ir.func_id
     return object_mode_key(dispatcher._uuid, f"{function.modname}.{function.func_qualname}",
                            str(signature), context.fingerprint)
-
-
-_compile_through_store.__module__ = _numba_compile.__module__
-_compile_through_store.__qualname__ = _numba_compile.__qualname__
 
 
 def _is_cached_block(dispatcher) -> bool:

@@ -9,8 +9,9 @@ values of constant inputs are part of an op key: a kernel receives constants as
 arguments, and PyTensor's numba dispatch generates code from the op and the
 types, putting whatever else it reads into its own key, so one kernel serves
 every node that differs only in its constants or lengths (a model with a
-thousand terms has a few dozen kernels, not a thousand). In the graph key, large array constants are kernel
-arguments and enter by type and shape only (see :mod:`.constants`).
+thousand terms has a few dozen kernels, not a thousand). In the graph key, large
+array constants are kernel arguments and enter by type and shape only (see
+:mod:`.constants`).
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ def op_kernel_key(node, pytensor_key: str, fingerprint) -> Key:
             "outputs": outputs,
         },
     )
-
 
 
 def object_mode_key(block_uuid: str, function: str, signature: str, fingerprint) -> Key:
