@@ -73,8 +73,7 @@ def _key_milliseconds(model, function) -> dict:
 
     from numba_cache.kernels.context import current_context
     from numba_cache.keys.kernels import graph_kernel_key
-    from numba_cache.keys.rewrites import rewrite_key
-    from numba_cache.rewrite_cache import rewrites_digest
+    from numba_cache.rewrite_cache import RewriteLookup
 
     context = current_context()
     inputs, outputs = construct_function_ins_and_outs(model.inputs, model.outputs)
@@ -82,7 +81,7 @@ def _key_milliseconds(model, function) -> dict:
     fgraph, _ = FunctionMaker.create_fgraph(inputs, outputs)
     begin = time.perf_counter()
     mode = get_mode(OURS)
-    key = rewrite_key(fgraph, inputs, outputs, mode, context.fingerprint, rewrites_digest(context, mode))
+    key = RewriteLookup(context, fgraph, inputs, outputs, mode).first_key
     middle = time.perf_counter()
     graph_kernel_key(function.maker.fgraph, context.fingerprint)
     end = time.perf_counter()

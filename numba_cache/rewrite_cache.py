@@ -11,10 +11,18 @@ nor keying the rewritten graph is repeated.
 The stored graph is a pickle of the outputs in which every input variable is a
 *persistent id* (its position): inputs, shared variables and their values are
 never stored, and unpickling wires the nodes straight to the new inputs.
+
+Observed data (large constants) would make every new data set a new rewrite.
+Rewriting a graph with data constants therefore records the questions it asks
+of the data (:mod:`numba_cache.keys.data_reads`), and the rewritten graph is
+stored with data slots instead of values, under a key that describes data by
+type and shape. New data that answers the questions the same way fills the
+slots and skips rewriting; the values reaching the kernel are the new data's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 import time
@@ -23,6 +31,8 @@ import warnings
 from pytensor.compile.maker import FunctionMaker
 
 from numba_cache.keys.canonical import UnkeyableValue
+from numba_cache.keys.constants import hidden_constants
+from numba_cache.keys.data_reads import DataReads, answers_for, cast_data, watch
 from numba_cache.keys.kernels import graph_kernel_key
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
 from numba_cache.kernels import report
@@ -39,18 +49,19 @@ class CachedRewriteFunctionMaker(FunctionMaker):
         from numba_cache.kernels.context import current_context
 
         context = current_context()
-        key = None
+        lookup = None
         if context.enabled:
             try:
-                key = rewrite_key(fgraph, inputs, outputs + additional_outputs, mode,
-                                  context.fingerprint, rewrites_digest(context, mode))
+                lookup = RewriteLookup(context, fgraph, inputs, outputs + additional_outputs, mode)
             except UnkeyableValue as exc:
                 report.logger.debug("graph not keyable before rewriting: %s", exc)
-        if key is not None and _restore(context, key, fgraph):
+        if lookup is not None and lookup.restore():
             return
-        FunctionMaker.prepare_fgraph(inputs, outputs, additional_outputs, fgraph, mode, profile)
-        if key is not None:
-            _save(context, key, fgraph)
+        reads = lookup.before_rewrite() if lookup is not None else None
+        with watch(reads) if reads is not None else contextlib.nullcontext():
+            FunctionMaker.prepare_fgraph(inputs, outputs, additional_outputs, fgraph, mode, profile)
+        if lookup is not None:
+            lookup.save(reads)
 
 
 def rewrites_digest(context, mode) -> str:
@@ -64,85 +75,211 @@ def rewrites_digest(context, mode) -> str:
     )
 
 
-def _restore(context, key, fgraph) -> bool:
-    fingerprint = context.fingerprint.digest
-    entry = context.store.load(fingerprint, key.digest)
-    if entry is None or not entry.cacheable:
-        report.record(context, "rewrite.miss")
-        report.lookup(context, key, "miss")
-        return False
-    try:
-        outputs = _unpickle_outputs(entry.blobs["graph"], fgraph.inputs)
-        graph_key = pickle.loads(entry.blobs["graph_key"])
-        _replace_outputs(fgraph, outputs)
-    except Exception as exc:  # an unusable entry is a miss, never a failed compile
+class RewriteLookup:
+    """The rewrite-cache lookup of one graph, then the save of its rewrite on a miss.
+
+    A graph with data constants is looked up first by its *data key* (data by
+    type and shape). The entry there holds the questions rewriting asked of the
+    data, their answers, and a graph valid for any data giving the same answers;
+    or it marks the graph data-bound. Otherwise, and for graphs without data
+    constants, the *content key* (data by content) is used.
+    """
+
+    def __init__(self, context, fgraph, inputs, outputs, mode):
+        self.context = context
+        self.fgraph = fgraph
+        self._key_of = lambda hide: rewrite_key(
+            fgraph, inputs, outputs, mode, context.fingerprint, rewrites_digest(context, mode),
+            hide_constants=hide)
+        self.originals = hidden_constants(fgraph)
+        self.data_key = self._key_of(True) if self.originals else None
+        self._content_key = None
+        self._data_entry_found = False
+
+    @property
+    def first_key(self):
+        """The key looked up first: the data key, or the content key without data constants."""
+        return self.data_key if self.data_key is not None else self.content_key
+
+    @property
+    def content_key(self):
+        if self._content_key is None:
+            self._content_key = self._key_of(False)
+        return self._content_key
+
+    def restore(self) -> bool:
+        if self.data_key is not None:
+            entry = self._load(self.data_key)
+            self._data_entry_found = entry is not None
+            if entry is None:
+                return self._missed(self.data_key)
+            if entry.cacheable and self._restore_for_data(entry):
+                return self._hit(self.data_key)
+        entry = self._load(self.content_key)
+        if entry is not None and self._restore_graph(self.content_key, entry, []):
+            return self._hit(self.content_key)
+        return self._missed(self.content_key)
+
+    def _restore_for_data(self, entry) -> bool:
+        try:
+            data = pickle.loads(entry.blobs["data"])
+        except Exception as exc:  # an unusable entry is a miss, never a failed compile
+            return self._discard(self.data_key, exc)
+        if answers_for(self.originals, data["questions"]) != data["answers"]:
+            report.logger.debug("rewrite %s: this data answers its questions differently",
+                                self.data_key.short)
+            return False
+        slots = _slot_constants(data["slots"], self.originals)
+        return slots is not None and self._restore_graph(self.data_key, entry, slots)
+
+    def _restore_graph(self, key, entry, slots) -> bool:
+        try:
+            outputs = _unpickle_outputs(entry.blobs["graph"], self.fgraph.inputs, slots)
+            graph_key = pickle.loads(entry.blobs["graph_key"])
+            _replace_outputs(self.fgraph, outputs)
+        except Exception as exc:  # an unusable entry is a miss, never a failed compile
+            return self._discard(key, exc)
+        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, graph_key)
+        return True
+
+    def _load(self, key):
+        return self.context.store.load(self.context.fingerprint.digest, key.digest)
+
+    def _discard(self, key, exc) -> bool:
         warnings.warn(
             f"numba_cache: removing rewritten graph {key.short}, it could not be restored "
             f"({exc!r}); rewriting again",
             StoreWarning,
-            stacklevel=4,
+            stacklevel=6,
         )
-        report.record(context, "corrupt")
-        context.store.remove(fingerprint, key.digest)
+        report.record(self.context, "corrupt")
+        self.context.store.remove(self.context.fingerprint.digest, key.digest)
         return False
-    setattr(fgraph, GRAPH_KEY_ATTRIBUTE, graph_key)
-    report.record(context, "rewrite.hit")
-    report.lookup(context, key, "hit")
-    return True
+
+    def _hit(self, key) -> bool:
+        report.record(self.context, "rewrite.hit")
+        report.lookup(self.context, key, "hit")
+        return True
+
+    def _missed(self, key) -> bool:
+        report.record(self.context, "rewrite.miss")
+        report.lookup(self.context, key, "miss")
+        return False
+
+    def before_rewrite(self) -> DataReads | None:
+        """Key the graph as given; the data reads to watch if its data key is still free."""
+        self.content_key  # noqa: B018 - keyed now: rewriting changes the graph in place
+        if self.data_key is None or self._data_entry_found:
+            return None
+        return DataReads(self.originals)
+
+    def save(self, reads: DataReads | None) -> None:
+        """Store the rewritten graph: by data key when it is valid for other data."""
+        if reads is not None:
+            recipe = reads.recipe(self.fgraph)
+            if not reads.bound_by:
+                self._save(self.data_key, recipe, reads)
+                return
+            report.logger.debug("rewrite %s is data-bound: %s", self.data_key.short,
+                                "; ".join(reads.bound_by))
+            self.context.store.save(Entry.uncacheable(
+                fingerprint=self.context.fingerprint.digest, key=self.data_key.digest,
+                kind="rewrite", summary=self.data_key.summary,
+                reason=f"data-bound: {reads.bound_by[0]}"))
+        self._save(self.content_key, [], None)
+
+    def _save(self, key, recipe, reads) -> None:
+        hidden = hidden_constants(self.fgraph) if recipe else []
+        slotted = [(constant, origin) for constant, origin in zip(hidden, recipe) if origin]
+        try:
+            graph_key = graph_kernel_key(self.fgraph, self.context.fingerprint)
+            blobs = {"graph": _pickle_outputs(self.fgraph, [c for c, _ in slotted]),
+                     "graph_key": pickle.dumps(graph_key)}
+            if reads is not None:
+                blobs["data"] = pickle.dumps({
+                    "questions": reads.questions(),
+                    "answers": reads.answer_list(),
+                    "slots": [_describe_slot(constant, origin) for constant, origin in slotted],
+                })
+        except (UnkeyableValue, pickle.PicklingError, TypeError, AttributeError) as exc:
+            report.logger.debug("rewritten graph not stored: %r", exc)
+            return
+        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, graph_key)
+        self.context.store.save(Entry(
+            key=key.digest,
+            fingerprint=self.context.fingerprint.digest,
+            kind="rewrite",
+            summary=key.summary,
+            components=key.components | {"graph_kernel": graph_key.digest},
+            created=time.time(),
+            blobs=blobs,
+        ))
 
 
-def _save(context, key, fgraph) -> None:
-    try:
-        graph_key = graph_kernel_key(fgraph, context.fingerprint)
-        blobs = {"graph": _pickle_outputs(fgraph), "graph_key": pickle.dumps(graph_key)}
-    except (UnkeyableValue, pickle.PicklingError, TypeError, AttributeError) as exc:
-        report.logger.debug("rewritten graph not stored: %r", exc)
-        return
-    setattr(fgraph, GRAPH_KEY_ATTRIBUTE, graph_key)
-    entry = Entry(
-        key=key.digest,
-        fingerprint=context.fingerprint.digest,
-        kind="rewrite",
-        summary=key.summary,
-        components=key.components | {"graph_kernel": graph_key.digest},
-        created=time.time(),
-        blobs=blobs,
-    )
-    context.store.save(entry)
+def _describe_slot(constant, origin) -> dict:
+    return {"position": origin.position, "dtype": origin.dtype, "type": constant.type,
+            "writeable": bool(constant.data.flags.writeable)}
 
 
-class _InputsAsPositions(pickle.Pickler):
-    def __init__(self, file, inputs):
+def _slot_constants(slots: list, originals: list) -> list | None:
+    """The constants standing for the data slots of a stored graph, from this graph's data.
+
+    None when a slot's cast would lose values: then the stored graph is not valid
+    for this data.
+    """
+    from pytensor.tensor.variable import TensorConstant
+
+    constants = []
+    for slot in slots:
+        original = originals[slot["position"]]
+        data = cast_data(original, slot["dtype"])
+        if data is None:
+            return None
+        if data is original.data and data.flags.writeable == slot["writeable"]:
+            constants.append(original)
+            continue
+        data = data.copy() if data is original.data else data
+        data.setflags(write=slot["writeable"])
+        constants.append(TensorConstant(slot["type"], data))
+    return constants
+
+
+class _VariablesAsPositions(pickle.Pickler):
+    """Pickles inputs and data slots as their positions, never their values."""
+
+    def __init__(self, file, inputs, slots):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._positions = {id(variable): position for position, variable in enumerate(inputs)}
+        self._ids = {id(variable): ("input", position) for position, variable in enumerate(inputs)}
+        self._ids |= {id(constant): ("slot", position) for position, constant in enumerate(slots)}
 
     def persistent_id(self, obj):
-        position = self._positions.get(id(obj))
-        return None if position is None else ("input", position)
+        return self._ids.get(id(obj))
 
 
-class _PositionsAsInputs(pickle.Unpickler):
-    def __init__(self, file, inputs):
+class _PositionsAsVariables(pickle.Unpickler):
+    def __init__(self, file, inputs, slots):
         super().__init__(file)
-        self._inputs = inputs
+        self._variables = {"input": inputs, "slot": slots}
 
     def persistent_load(self, pid):
         kind, position = pid
-        if kind != "input":
+        if kind not in self._variables:
             raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
-        return self._inputs[position]
+        return self._variables[kind][position]
 
 
-def _pickle_outputs(fgraph) -> bytes:
+def _pickle_outputs(fgraph, slots: list) -> bytes:
     buffer = io.BytesIO()
-    _InputsAsPositions(buffer, fgraph.inputs).dump((len(fgraph.inputs), list(fgraph.outputs)))
+    _VariablesAsPositions(buffer, fgraph.inputs, slots).dump(
+        (len(fgraph.inputs), len(slots), list(fgraph.outputs)))
     return buffer.getvalue()
 
 
-def _unpickle_outputs(data: bytes, inputs) -> list:
-    n_inputs, outputs = _PositionsAsInputs(io.BytesIO(data), inputs).load()
-    if n_inputs != len(inputs):
-        raise ValueError(f"stored graph has {n_inputs} inputs, this one {len(inputs)}")
+def _unpickle_outputs(data: bytes, inputs, slots) -> list:
+    n_inputs, n_slots, outputs = _PositionsAsVariables(io.BytesIO(data), inputs, slots).load()
+    if (n_inputs, n_slots) != (len(inputs), len(slots)):
+        raise ValueError(f"stored graph has {n_inputs} inputs and {n_slots} data slots, "
+                         f"this one {len(inputs)} and {len(slots)}")
     return outputs
 
 

@@ -7,8 +7,9 @@ the kernel uncacheable. Array constants of at least :data:`HIDDEN_MIN_SIZE`
 elements are therefore passed to the whole-graph kernel as extra arguments, and whole-graph
 and op kernel keys describe them by type, dtype and shape only.
 
-Rewriting still sees their values: the pre-rewrite key describes every
-constant by content, so new data means a new rewrite, then a kernel hit.
+Rewriting still sees their values. New data skips rewriting only when it
+answers the questions rewriting asked of the old data the same way (see
+:mod:`.data_reads`); otherwise it is rewritten, then hits the kernel.
 """
 
 from __future__ import annotations

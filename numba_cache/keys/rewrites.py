@@ -41,7 +41,9 @@ REWRITE_FLAGS = (
 #: Bump when the stored form of a rewritten graph changes, or what rewriting produces.
 #: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with
 #: numba's inner-graph rewrite (version 1 entries hold C/VM-baked Scan inner graphs).
-REWRITE_CACHE_VERSION = 2
+#: 3: graphs with data constants are keyed by the questions rewriting asked of
+#: the data (:mod:`.data_reads`); their stored graphs refer to data by slot.
+REWRITE_CACHE_VERSION = 3
 
 
 def describe_query(query) -> list:
@@ -109,21 +111,27 @@ def complete_rewrites_digest(database, known: Callable[[str], str | None],
     return complete
 
 
-def rewrite_key(fgraph, inputs, outputs, mode, fingerprint, rewrites_digest: str) -> Key:
+def rewrite_key(fgraph, inputs, outputs, mode, fingerprint, rewrites_digest: str,
+                hide_constants: bool = False) -> Key:
     """The pre-rewrite key of `fgraph` compiled with `mode` and these In/Out specs.
 
-    `rewrites_digest` is :func:`complete_rewrites_digest` of ``mode.optdb``.
+    `rewrites_digest` is :func:`complete_rewrites_digest` of ``mode.optdb``. With
+    `hide_constants`, data constants are described by type and shape, not
+    content: the key of a rewrite valid for any data that answers the questions
+    rewriting asked of it the same way (see :mod:`.data_reads`).
     """
     from pytensor import config
 
-    description = describe_graph(fgraph)
+    description = describe_graph(fgraph, hide_constants=hide_constants)
+    data = "questions" if hide_constants else "content"
     return Key.from_components(
         "rewrite",
-        f"rewrite of a graph of {len(fgraph.apply_nodes)} nodes",
+        f"rewrite of a graph of {len(fgraph.apply_nodes)} nodes ({data})",
         {
             "fingerprint": fingerprint.digest,
             "version": REWRITE_CACHE_VERSION,
             "graph": description.digest,
+            "data": data,
             "inputs": [[bool(spec.mutable), bool(spec.borrow)] for spec in inputs],
             "outputs": [bool(spec.borrow) for spec in outputs],
             "query": describe_query(mode._optimizer),

@@ -1,0 +1,109 @@
+"""New data skips rewriting only when rewriting would have answered its questions the same way.
+
+Each case compiles a small graph over a data constant, then the same graph over
+other data, in this process against the test's own store (the rewrite cache
+lives in the store, so a second ``pytensor.function`` looks it up like a new
+process would). Every result is compared with PyTensor's ``NUMBA`` mode, which
+rewrites with the values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.tensor.rewriting.subtensor import _constant_is_arange
+
+import numba_cache
+from numba_cache import settings
+from numba_cache.keys.data_reads import DATA_READERS
+from numba_cache.store import Store
+
+N = 40  # above HIDDEN_MIN_SIZE: passed to the kernel, described by shape in the data key
+
+
+def compile_and_run(build, data, x_value):
+    """Outputs of ``build(x, data)`` in our mode and in NUMBA, and what the rewrite cache did."""
+    x = pt.vector("x", shape=(None,))
+    outputs = build(x, pt.as_tensor(data))
+    numba_cache.reset_session_stats()
+    ours = pytensor.function([x], outputs, mode="NUMBA_CACHE")(x_value)
+    stats = numba_cache.session_stats()
+    reference = pytensor.function([x], outputs, mode="NUMBA")(x_value)
+    assert np.array_equal(ours, reference)
+    return stats["rewrite.hit"] == 1
+
+
+def gather(x, index):
+    return x[index] * 2.0
+
+
+X = np.linspace(0.0, 1.0, 600)
+SHUFFLED = np.random.default_rng(0).permutation(200)[:N]  # fits uint8
+
+
+def test_new_indices_of_the_same_kind_skip_rewriting():
+    assert not compile_and_run(gather, SHUFFLED, X)
+    assert compile_and_run(gather, SHUFFLED[::-1].copy(), X)
+
+
+@pytest.mark.parametrize("other, why", [
+    (SHUFFLED + 256, "needs uint16, the stored graph holds uint8 indices"),
+    (SHUFFLED - 1, "a negative index is not downcast"),
+    (np.arange(N), "an arange becomes a slice"),
+])
+def test_new_indices_that_rewrite_differently_are_rewritten(other, why):
+    assert not compile_and_run(gather, SHUFFLED, X)
+    assert not compile_and_run(gather, other, X), why
+
+
+def test_an_arange_index_is_not_reused_for_other_indices():
+    assert not compile_and_run(gather, np.arange(N), X)
+    assert not compile_and_run(gather, SHUFFLED, X)
+    assert not compile_and_run(gather, np.arange(N) + 5, X)  # another offset, another slice
+
+
+def test_data_whose_elements_are_all_equal_is_not_reused_for_other_data():
+    def scaled(x, data):
+        return (x[:N] * data).sum()
+
+    assert not compile_and_run(scaled, np.ones(N), X)
+    assert not compile_and_run(scaled, np.linspace(1.0, 2.0, N), X)
+    # The data key stays with the first data's answers; other data is found by content.
+    assert compile_and_run(scaled, np.linspace(1.0, 2.0, N), X)
+    assert not compile_and_run(scaled, np.linspace(3.0, 4.0, N), X)
+
+
+def data_key_reasons():
+    return [entry.reason for entry in Store(settings.current()).entries(kind="rewrite") if entry.reason]
+
+
+def test_a_rewrite_that_folds_data_is_data_bound_and_keyed_by_content():
+    def folded(x, data):
+        return x[:N] + pt.log(data)
+
+    assert not compile_and_run(folded, np.linspace(1.0, 2.0, N), X)
+    assert not compile_and_run(folded, np.linspace(2.0, 3.0, N), X)
+    assert compile_and_run(folded, np.linspace(2.0, 3.0, N), X)
+    (reason,) = data_key_reasons()
+    assert reason.startswith("data-bound: ") and "constant_folding" in reason
+
+
+def test_data_constants_merged_with_each_other_are_data_bound():
+    def two(x, data):
+        return x[:N] * data + x[N:2 * N] * pt.as_tensor(data.data.copy())
+
+    data = np.linspace(1.0, 2.0, N)
+    assert not compile_and_run(two, data, X)
+    assert "merged" in data_key_reasons()[0]
+
+
+@pytest.mark.parametrize("data", [
+    np.arange(N), np.arange(N)[::-1].copy(), np.arange(3, 3 + 2 * N, 2), np.full(N, 7),
+    SHUFFLED, np.arange(N).astype("uint8"), np.arange(N, dtype="uint8")[::-1].copy(),
+])
+def test_arange_summary_answers_as_pytensor_does(data):
+    ours = DATA_READERS["pytensor.tensor.rewriting.subtensor._constant_is_arange"](data)
+    theirs = _constant_is_arange(pt.as_tensor(data))
+    assert ours == (None if theirs is None else list(theirs))
