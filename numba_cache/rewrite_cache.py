@@ -32,7 +32,7 @@ from pytensor.compile.maker import FunctionMaker
 
 from numba_cache.keys.canonical import UnkeyableValue
 from numba_cache.keys.constants import hidden_constants
-from numba_cache.keys.data_reads import DataReads, answers_for, cast_data, watch
+from numba_cache.keys.data_reads import DataReads, answers_for, derive, watch
 from numba_cache.keys.kernels import graph_kernel_key
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
 from numba_cache.kernels import report
@@ -125,11 +125,16 @@ class RewriteLookup:
             data = pickle.loads(entry.blobs["data"])
         except Exception as exc:  # an unusable entry is a miss, never a failed compile
             return self._discard(self.data_key, exc)
-        if answers_for(self.originals, data["questions"]) != data["answers"]:
+        try:
+            answers = answers_for(self.originals, data["questions"], data["folds"])
+            slots = (_slot_constants(data["slots"], self.originals, data["folds"])
+                     if answers == data["answers"] else None)
+        except Exception as exc:  # this data does not fit the stored graph: rewrite it
+            report.logger.debug("rewrite %s: data does not fit (%r)", self.data_key.short, exc)
+            return False
+        if slots is None:
             report.logger.debug("rewrite %s: this data answers its questions differently",
                                 self.data_key.short)
-            return False
-        slots = _slot_constants(data["slots"], self.originals)
         return slots is not None and self._restore_graph(self.data_key, entry, slots)
 
     def _restore_graph(self, key, entry, slots) -> bool:
@@ -199,6 +204,7 @@ class RewriteLookup:
                 blobs["data"] = pickle.dumps({
                     "questions": reads.questions(),
                     "answers": reads.answer_list(),
+                    "folds": reads.folds,
                     "slots": [_describe_slot(constant, origin) for constant, origin in slotted],
                 })
         except (UnkeyableValue, pickle.PicklingError, TypeError, AttributeError) as exc:
@@ -217,28 +223,30 @@ class RewriteLookup:
 
 
 def _describe_slot(constant, origin) -> dict:
-    return {"position": origin.position, "dtype": origin.dtype, "type": constant.type,
+    return {"position": origin.position, "steps": origin.steps, "type": constant.type,
             "writeable": bool(constant.data.flags.writeable)}
 
 
-def _slot_constants(slots: list, originals: list) -> list | None:
+def _slot_constants(slots: list, originals: list, folds: list) -> list | None:
     """The constants standing for the data slots of a stored graph, from this graph's data.
 
-    None when a slot's cast would lose values: then the stored graph is not valid
-    for this data.
+    Each slot's data is derived from this graph's data constants by the steps
+    the first rewrite took (casts, folds). None when a cast would lose values:
+    then the stored graph is not valid for this data.
     """
     from pytensor.tensor.variable import TensorConstant
 
     constants = []
     for slot in slots:
         original = originals[slot["position"]]
-        data = cast_data(original, slot["dtype"])
+        data = derive(original.data, slot["steps"], folds)
         if data is None:
             return None
         if data is original.data and data.flags.writeable == slot["writeable"]:
             constants.append(original)
             continue
-        data = data.copy() if data is original.data else data
+        if data is original.data or (slot["writeable"] and not data.flags.writeable):
+            data = data.copy()  # never change the flags of this graph's own data
         data.setflags(write=slot["writeable"])
         constants.append(TensorConstant(slot["type"], data))
     return constants

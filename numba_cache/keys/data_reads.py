@@ -2,17 +2,22 @@
 
 Observed data enters graphs as large constants (see :mod:`.constants`). Rewriting
 asks a few questions of their values: is this index array non-negative and how
-small a dtype holds it, is it an ``arange``, are all its elements equal. A
-rewritten graph is valid for new data of the same type and shape exactly when
-every question asked gets the same answer from the new data.
+small a dtype holds it, is it an ``arange``, are all its elements equal, is this
+matrix diagonal. A rewritten graph is valid for new data of the same type and
+shape exactly when every question asked gets the same answer from the new data.
 
 :class:`DataReads` watches every read of a data constant's values while PyTensor
-rewrites. A read by a reader in :data:`DATA_READERS` is recorded as a question
-with its answer (the reader's *summary* of the values); a read by any other code,
-or a merge of a data constant with an equal constant, makes the rewrite
-*data-bound*: the rewritten graph is then cached by content only. Constants
-that rewrites derive from data by a lossless cast (index arrays downcast to
-``uint8``) count as that data, so reads of them are watched too.
+rewrites. A read by a reader in :data:`DATA_READERS` (or one of PyTensor's
+constant inferences) is recorded as a question with its answer, the reader's
+*summary* of the values. A read by any other code, or a merge of a data constant
+with a different constant, makes the rewrite *data-bound*: the rewritten graph
+is then cached by content only.
+
+Constants that rewriting derives from data count as that data, with the steps
+that derive them (an :class:`Origin`): a lossless cast (index arrays downcast to
+``uint8``), or a constant fold of an op over one data constant (``y[1:]`` of an
+observed series). Their reads are watched too, and the steps are replayed on new
+data to fill the stored graph's slots.
 
 Reads are seen through a property installed on ``TensorConstant.data``: every
 way to a constant's values goes through that attribute. Outside a watched
@@ -22,6 +27,7 @@ rewrite it only returns the value.
 from __future__ import annotations
 
 import contextvars
+import enum
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,6 +44,9 @@ DATA_READERS: dict[str, Callable[[np.ndarray], object]] = {}
 #: The reader behind PyTensor's merging of equal constants, checked apart.
 MERGE_SIGNATURE = "pytensor.tensor.variable.TensorConstant.signature"
 
+#: The reader that folds ops over constants: its result is derived data.
+CONSTANT_FOLDING = "pytensor.tensor.rewriting.basic.unconditional_constant_folding"
+
 
 def data_reader(name: str):
     """Register the decorated summary for the reader `name` (``module.qualname``)."""
@@ -47,6 +56,22 @@ def data_reader(name: str):
         return summary
 
     return register
+
+
+def asking(function: Callable) -> Callable[[np.ndarray], object]:
+    """The summary that is PyTensor's own answer: `function` of a constant holding the data.
+
+    For readers that take a constant and return what they found in it, so the
+    answer recorded is the one the reader gives, by construction.
+    """
+
+    def summary(data: np.ndarray):
+        from pytensor.tensor import constant
+
+        answer = function(constant(data))
+        return answer.name if isinstance(answer, enum.Enum) else canonical(answer)
+
+    return summary
 
 
 @data_reader("pytensor.tensor.rewriting.subtensor.local_uint_constant_indices")
@@ -59,62 +84,120 @@ def _smallest_unsigned_dtype(data: np.ndarray):
     return np.min_scalar_type(data.max()).str
 
 
-@data_reader("pytensor.tensor.rewriting.subtensor._constant_is_arange")
-def _arange_parameters(data: np.ndarray):
-    """``(length, offset, step)`` when the data is an arange, as PyTensor matches it."""
-    if data.ndim != 1 or data.size == 0 or data.dtype.kind not in "iu":
-        return None
-    if data.size == 1:
-        return [1, int(data[0]), 1]
-    diffs = np.diff(data)
-    step = int(diffs[0])
-    if step != 0 and np.all(diffs == step):
-        return [int(data.size), int(data[0]), step]
-    return None
+def _register_pytensor_readers() -> None:
+    from pytensor.assumptions.core import CONSTANT_INFER_REGISTRY
+    from pytensor.tensor.rewriting.subtensor import _constant_is_arange
+    from pytensor.tensor.variable import TensorConstant
+
+    for function in (_constant_is_arange, TensorConstant.unique_value.fget,
+                     *CONSTANT_INFER_REGISTRY.values()):
+        DATA_READERS.setdefault(f"{function.__module__}.{function.__qualname__}", asking(function))
 
 
-@data_reader("pytensor.tensor.variable.TensorConstant.unique_value")
-def _unique_value(data: np.ndarray):
-    flat = data.ravel()
-    if flat.size and (flat == flat[0]).all():
-        return canonical(flat[0])
-    return None
+def reader_summary(reader: str) -> Callable[[np.ndarray], object] | None:
+    """The summary registered for `reader`, PyTensor's constant inferences included."""
+    if reader not in DATA_READERS:
+        _register_pytensor_readers()
+    return DATA_READERS.get(reader)
 
 
 @dataclass(frozen=True)
 class Origin:
-    """A constant holds the data constant at `position` (see below), cast to `dtype`.
+    """A constant holds data constant `position`, derived by `steps`.
 
     Positions are those of :func:`.constants.hidden_constants` on the graph
-    before rewriting.
+    before rewriting. A step is ``("cast", dtype)`` or ``("fold", n)``, the
+    n-th :class:`Fold` of the rewrite.
     """
 
     position: int
-    dtype: str
+    steps: tuple = ()
+
+    def then(self, step: tuple) -> Origin:
+        return Origin(self.position, (*self.steps, step))
+
+
+@dataclass(frozen=True)
+class Fold:
+    """A constant fold of `op` whose input `index` is data; the other inputs as they were.
+
+    `shape` and `dtype` are those of the first result: a fold of other data
+    that gives another (a boolean mask selecting more elements) derives nothing.
+    """
+
+    op: object
+    index: int
+    inputs: tuple
+    shape: tuple = ()
+    dtype: str = ""
+
+    def same_as(self, other: Fold) -> bool:
+        """The same function of the data: equal ops, data at one index, equal other inputs."""
+        return (self.op == other.op and self.index == other.index
+                and (self.shape, self.dtype) == (other.shape, other.dtype)
+                and len(self.inputs) == len(other.inputs)
+                and all(_same_constant(a, b) for a, b in zip(self.inputs, other.inputs)))
+
+    def apply(self, data: np.ndarray) -> np.ndarray:
+        from pytensor.tensor import constant
+
+        inputs = [constant(data) if i == self.index else x for i, x in enumerate(self.inputs)]
+        node = self.op.make_node(*inputs)
+        storage = [[None] for _ in node.outputs]
+        self.op.perform(node, [x.data for x in node.inputs], storage)
+        return np.asarray(storage[0][0])
+
+    def replay(self, data: np.ndarray) -> np.ndarray | None:
+        """:meth:`apply`, or None when the result is not of the first result's shape and dtype."""
+        result = self.apply(data)
+        return result if (result.shape, result.dtype.str) == (self.shape, self.dtype) else None
+
+
+def derive(original_data: np.ndarray, steps: tuple, folds: list) -> np.ndarray | None:
+    """The values `steps` derive from `original_data`, or None when they derive nothing.
+
+    Nothing: a cast would lose values, or a fold fails or gives another shape.
+    """
+    data = original_data
+    for kind, argument in steps:
+        try:
+            data = _lossless_cast(data, argument) if kind == "cast" else folds[argument].replay(data)
+        except Exception:  # as PyTensor's fold of this data would: not the stored graph's
+            return None
+        if data is None:
+            return None
+    return data
+
+
+class AmbiguousOrigin(Exception):
+    """A constant's values match more than one piece of data."""
 
 
 @dataclass
 class DataReads:
     """The questions rewriting asked of the data constants of one graph, and answers.
 
-    `answers` maps ``(origin, reader)`` to the summary; `bound_by` lists why the
-    rewrite is data-bound (empty when it is not).
+    `answers` maps ``(origin, reader)`` to the summary; `folds` lists the folds
+    steps refer to; `bound_by` lists why the rewrite is data-bound (empty when
+    it is not).
     """
 
     originals: list
     answers: dict = field(default_factory=dict)
+    folds: list = field(default_factory=list)
     bound_by: list = field(default_factory=list)
+    _known: list = field(default_factory=list, repr=False)  # (origin, values) seen so far
     _origins: dict = field(default_factory=dict, repr=False)
     _signed: list = field(default_factory=list, repr=False)
+    _folded_nodes: set = field(default_factory=set, repr=False)
 
-    @classmethod
-    def of(cls, fgraph) -> DataReads:
-        return cls(hidden_constants(fgraph))
+    def __post_init__(self):
+        self._known = [(Origin(position), _raw(c)) for position, c in enumerate(self.originals)]
 
     def origin(self, constant) -> Origin | None:
-        """Where `constant`'s values come from: a data constant, or none (structure).
+        """Where `constant`'s values come from: data, or none (made by rewriting alone).
 
-        Raises :class:`AmbiguousOrigin` when it could hold more than one.
+        Raises :class:`AmbiguousOrigin` when they could come from more than one.
         """
         key = id(constant)
         if key not in self._origins:
@@ -125,18 +208,41 @@ class DataReads:
         return found
 
     def _find_origin(self, constant):
-        data = _raw(constant)
         for position, original in enumerate(self.originals):
             if original is constant:
-                return Origin(position, data.dtype.str)
-        matches = [Origin(position, data.dtype.str)
-                   for position, original in enumerate(self.originals)
-                   if _is_lossless_cast(_raw(original), data)]
-        if len(matches) > 1:
-            return AmbiguousOrigin(f"a constant equal to data constants {[m.position for m in matches]}")
-        return matches[0] if matches else None
+                return Origin(position)
+        data = _raw(constant)
+        matches = {origin if values.dtype == data.dtype else origin.then(("cast", data.dtype.str))
+                   for origin, values in self._known if _is_lossless_cast(values, data)}
+        if len(matches) > 1 and not self._one_selection(matches):
+            return AmbiguousOrigin(f"a constant equal to data {sorted(m.position for m in matches)}")
+        return min(matches, key=lambda m: len(m.steps)) if matches else None
 
-    def read(self, constant, reader: str) -> None:
+    def _one_selection(self, origins) -> bool:
+        """Whether `origins` select the same elements of one datum, for any data.
+
+        True when they all start from one data constant and take only layout
+        steps (slices, dimshuffles, reshapes, and casts, which commute with
+        them), and give the same result on an array of distinct elements: each
+        output element then comes from the same input element, whatever the data.
+        """
+        positions = {origin.position for origin in origins}
+        if len(positions) != 1:
+            return False
+        folds = [self.folds[n] for origin in origins for kind, n in origin.steps if kind == "fold"]
+        if not all(isinstance(fold.op, _layout_ops()) for fold in folds):
+            return False
+        shape = _raw(self.originals[positions.pop()]).shape
+        probe = np.arange(int(np.prod(shape)), dtype="int64").reshape(shape)
+        selections = []
+        for origin in origins:
+            selection = probe
+            for kind, n in origin.steps:
+                selection = self.folds[n].apply(selection) if kind == "fold" else selection
+            selections.append(selection)
+        return all(np.array_equal(selections[0], other) for other in selections[1:])
+
+    def read(self, constant, reader: str, frame) -> None:
         try:
             origin = self.origin(constant)
         except AmbiguousOrigin as exc:
@@ -144,14 +250,43 @@ class DataReads:
             return
         if reader == MERGE_SIGNATURE:
             self._check_merge(constant, origin)
+        elif origin is None:
             return
-        if origin is None:
-            return
-        summary = DATA_READERS.get(reader)
-        if summary is None:
+        elif reader == CONSTANT_FOLDING:
+            self._fold(frame.f_locals.get("node"), constant, origin)
+        elif (summary := reader_summary(reader)) is not None:
+            self.answers[(origin, reader)] = summary(_raw(constant))
+        else:
             self.bound_by.append(f"{reader} read data constant {origin.position}")
+
+    def _fold(self, node, constant, origin) -> None:
+        """Record the fold of `node` over data, unless it mixes data or has many outputs."""
+        if node is None or id(node) in self._folded_nodes:
             return
-        self.answers[(origin, reader)] = summary(_raw(constant))
+        self._folded_nodes.add(id(node))
+        data_inputs = [i for i, x in enumerate(node.inputs) if x is constant]
+        others_are_structure = all(
+            i in data_inputs or not _is_data_sized(x) or self.origin(x) is None
+            for i, x in enumerate(node.inputs))
+        if len(data_inputs) != 1 or len(node.outputs) != 1 or not others_are_structure:
+            self.bound_by.append(f"a fold of {node.op} mixes data constants")
+            return
+        index = data_inputs[0]
+        others = tuple(None if i == index else x for i, x in enumerate(node.inputs))
+        try:
+            values = Fold(node.op, index, others).apply(_raw(constant))
+        except Exception as exc:  # PyTensor will not fold it either; nothing derived
+            self.bound_by.append(f"a fold of {node.op} over data failed ({exc!r})")
+            return
+        if values.ndim == 0 or values.size < HIDDEN_MIN_SIZE:
+            self.bound_by.append(f"a fold of {node.op} makes a small constant of data")
+            return  # frozen into the rewritten graph, not a slot the kernel is given
+        fold = Fold(node.op, index, others, values.shape, values.dtype.str)
+        number = next((n for n, known in enumerate(self.folds) if known.same_as(fold)), None)
+        if number is None:
+            self.folds.append(fold)
+            number = len(self.folds) - 1
+        self._known.append((origin.then(("fold", number)), values))
 
     def _check_merge(self, constant, origin) -> None:
         data = _raw(constant)
@@ -177,51 +312,91 @@ class DataReads:
             except AmbiguousOrigin as exc:
                 self.bound_by.append(f"the rewritten graph holds {exc}")
                 recipe.append(None)
+        for op, constant in _inner_graph_constants(rewritten):
+            try:
+                inner = _is_data_sized(constant) and self.origin(constant) is not None
+            except AmbiguousOrigin:
+                inner = True
+            if inner:  # frozen into an inner graph, not a slot the kernel is given
+                self.bound_by.append(f"data inside the inner graph of {op}")
         return recipe
 
     def questions(self) -> list:
-        """The recorded questions in a canonical order: ``[position, dtype, reader]``."""
-        return sorted([origin.position, origin.dtype, reader] for origin, reader in self.answers)
+        """The recorded questions in a canonical order: ``[position, steps, reader]``."""
+        return sorted([origin.position, origin.steps, reader] for origin, reader in self.answers)
 
     def answer_list(self) -> list:
-        return [self.answers[(Origin(position, dtype), reader)]
-                for position, dtype, reader in self.questions()]
+        return [self.answers[(Origin(position, steps), reader)]
+                for position, steps, reader in self.questions()]
 
 
-class AmbiguousOrigin(Exception):
-    """A constant's values match more than one data constant."""
-
-
-def answers_for(originals: list, questions: list) -> list | None:
+def answers_for(originals: list, questions: list, folds: list) -> list | None:
     """The answers the data of `originals` gives to `questions`, or None if it cannot.
 
     None when a cast the rewritten graph relies on would lose values.
     """
     answers = []
-    for position, dtype, reader in questions:
-        data = cast_data(originals[position], dtype)
+    for position, steps, reader in questions:
+        data = derive(_raw(originals[position]), steps, folds)
         if data is None:
             return None
-        answers.append(DATA_READERS[reader](data))
+        answers.append(reader_summary(reader)(data))
     return answers
 
 
-def cast_data(original, dtype: str) -> np.ndarray | None:
-    """The values of `original` as `dtype`, or None when the cast would lose values."""
-    data = _raw(original)
-    if data.dtype.str == dtype:
-        return data
+def _layout_ops() -> tuple:
+    from pytensor.tensor.elemwise import DimShuffle
+    from pytensor.tensor.shape import Reshape, SpecifyShape
+    from pytensor.tensor.subtensor import Subtensor
+
+    return DimShuffle, Reshape, SpecifyShape, Subtensor
+
+
+def _lossless_cast(data: np.ndarray, dtype: str) -> np.ndarray | None:
     cast = data.astype(dtype)
     return cast if np.array_equal(cast.astype(data.dtype), data) else None
 
 
-def _is_lossless_cast(source: np.ndarray, data: np.ndarray) -> bool:
+def _is_lossless_cast(source: np.ndarray, data) -> bool:
     if not isinstance(data, np.ndarray) or source.shape != data.shape:
         return False
     if source.dtype == data.dtype:
         return np.array_equal(source, data)
     cast = source.astype(data.dtype)
     return np.array_equal(cast, data) and np.array_equal(cast.astype(source.dtype), source)
+
+
+def _inner_graph_constants(fgraph):
+    """``(op, constant)`` for every constant in the inner graphs of `fgraph`'s ops, nested."""
+    from pytensor.graph.basic import Constant
+    from pytensor.graph.op import HasMultipleInnerGraph
+    from pytensor.graph.traversal import ancestors
+
+    stack = [node.op for node in fgraph.apply_nodes if isinstance(node.op, HasMultipleInnerGraph)]
+    seen: set = set()
+    while stack:
+        op = stack.pop()
+        if id(op) in seen:
+            continue
+        seen.add(id(op))
+        for graph in op.inner_graphs.values():
+            for variable in ancestors(graph.outputs):
+                if isinstance(variable, Constant):
+                    yield op, variable
+                elif variable.owner is not None and isinstance(variable.owner.op,
+                                                                HasMultipleInnerGraph):
+                    stack.append(variable.owner.op)
+
+
+def _is_data_sized(variable) -> bool:
+    data = variable.__dict__.get("data")
+    return isinstance(data, np.ndarray) and data.size >= HIDDEN_MIN_SIZE
+
+
+def _same_constant(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.type == b.type and np.array_equal(_raw(a), _raw(b))
 
 
 def _raw(constant):
@@ -248,11 +423,21 @@ class watch:
 
 
 def _get_data(constant):
-    data = constant.__dict__["data"]
+    try:
+        data = constant.__dict__["data"]
+    except KeyError:  # not set yet: as a plain attribute would be
+        raise AttributeError("data") from None
     reads = _watching.get()
     if reads is not None and isinstance(data, np.ndarray) and data.size >= HIDDEN_MIN_SIZE:
         caller = sys._getframe(1)
-        reads.read(constant, f"{caller.f_globals.get('__name__')}.{caller.f_code.co_qualname}")
+        reader = f"{caller.f_globals.get('__name__')}.{caller.f_code.co_qualname}"
+        token = _watching.set(None)  # summaries and folds read data too: not rewriting's reads
+        try:
+            reads.read(constant, reader, caller)
+        except Exception as exc:  # watching must never break a compile
+            reads.bound_by.append(f"could not follow a read by {reader} ({exc!r})")
+        finally:
+            _watching.reset(token)
     return data
 
 
