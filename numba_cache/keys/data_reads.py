@@ -188,7 +188,7 @@ class DataReads:
     bound_by: list = field(default_factory=list)
     _known: list = field(default_factory=list, repr=False)  # (origin, values) seen so far
     _origins: dict = field(default_factory=dict, repr=False)
-    _signed: list = field(default_factory=list, repr=False)
+    _signed: dict = field(default_factory=dict, repr=False)  # signature -> [(constant, origin)]
     _folded_nodes: set = field(default_factory=set, repr=False)
 
     def __post_init__(self):
@@ -289,14 +289,17 @@ class DataReads:
         self._known.append((origin.then(("fold", number)), values))
 
     def _check_merge(self, constant, origin) -> None:
-        data = _raw(constant)
-        for other, other_origin in self._signed:
-            if other is constant or origin == other_origin:
-                continue  # one object, two structural constants, or two copies of one datum
-            if other.type == constant.type and np.array_equal(_raw(other), data):
+        """Bound if `constant` merges with a constant of another origin.
+
+        Constants merge when their signatures are equal, as in PyTensor's
+        MergeFeature, which reads the data through this signature.
+        """
+        same = self._signed.setdefault(constant.signature(), [])
+        for other, other_origin in same:
+            if other is not constant and origin != other_origin:
                 self.bound_by.append("a data constant equals another constant (merged)")
-        if not any(other is constant for other, _ in self._signed):
-            self._signed.append((constant, origin))
+        if not any(other is constant for other, _ in same):
+            same.append((constant, origin))
 
     def recipe(self, rewritten) -> list:
         """Where each hidden constant of the rewritten graph comes from.
