@@ -7,11 +7,10 @@ matrix diagonal. A rewritten graph is valid for new data of the same type and
 shape exactly when every question asked gets the same answer from the new data.
 
 :class:`DataReads` watches every read of a data constant's values while PyTensor
-rewrites. A read by a reader in :data:`DATA_READERS` (or one of PyTensor's
-constant inferences) is recorded as a question with its answer, the reader's
-*summary* of the values. A read by any other code, or a merge of a data constant
-with a different constant, makes the rewrite *data-bound*: the rewritten graph
-is then cached by content only.
+rewrites. A read by a reader known to :mod:`.data_readers` is recorded as a
+question with its answer, the reader's *summary* of the values. A read by any
+other code, or a merge of a data constant with a different constant, makes the
+rewrite *data-bound*: the rewritten graph is then cached by content only.
 
 Constants that rewriting derives from data count as that data, with the steps
 that derive them (an :class:`Origin`): a lossless cast (index arrays downcast to
@@ -27,78 +26,19 @@ rewrite it only returns the value.
 from __future__ import annotations
 
 import contextvars
-import enum
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from numba_cache.keys.canonical import canonical
 from numba_cache.keys.constants import HIDDEN_MIN_SIZE, hidden_constants
-
-#: Readers of data values by module-qualified function name, each with the
-#: summary of the values that decides everything the reader does with them.
-DATA_READERS: dict[str, Callable[[np.ndarray], object]] = {}
+from numba_cache.keys.data_readers import reader_summary
 
 #: The reader behind PyTensor's merging of equal constants, checked apart.
 MERGE_SIGNATURE = "pytensor.tensor.variable.TensorConstant.signature"
 
 #: The reader that folds ops over constants: its result is derived data.
 CONSTANT_FOLDING = "pytensor.tensor.rewriting.basic.unconditional_constant_folding"
-
-
-def data_reader(name: str):
-    """Register the decorated summary for the reader `name` (``module.qualname``)."""
-
-    def register(summary):
-        DATA_READERS[name] = summary
-        return summary
-
-    return register
-
-
-def asking(function: Callable) -> Callable[[np.ndarray], object]:
-    """The summary that is PyTensor's own answer: `function` of a constant holding the data.
-
-    For readers that take a constant and return what they found in it, so the
-    answer recorded is the one the reader gives, by construction.
-    """
-
-    def summary(data: np.ndarray):
-        from pytensor.tensor import constant
-
-        answer = function(constant(data))
-        return answer.name if isinstance(answer, enum.Enum) else canonical(answer)
-
-    return summary
-
-
-@data_reader("pytensor.tensor.rewriting.subtensor.local_uint_constant_indices")
-def _smallest_unsigned_dtype(data: np.ndarray):
-    """The index dtype ``local_uint_constant_indices`` picks, or why it picks none."""
-    if data.size == 0 or data.dtype == bool:
-        return "unchanged"
-    if data.min() < 0:
-        return "negative"
-    return np.min_scalar_type(data.max()).str
-
-
-def _register_pytensor_readers() -> None:
-    from pytensor.assumptions.core import CONSTANT_INFER_REGISTRY
-    from pytensor.tensor.rewriting.subtensor import _constant_is_arange
-    from pytensor.tensor.variable import TensorConstant
-
-    for function in (_constant_is_arange, TensorConstant.unique_value.fget,
-                     *CONSTANT_INFER_REGISTRY.values()):
-        DATA_READERS.setdefault(f"{function.__module__}.{function.__qualname__}", asking(function))
-
-
-def reader_summary(reader: str) -> Callable[[np.ndarray], object] | None:
-    """The summary registered for `reader`, PyTensor's constant inferences included."""
-    if reader not in DATA_READERS:
-        _register_pytensor_readers()
-    return DATA_READERS.get(reader)
 
 
 @dataclass(frozen=True)
@@ -187,7 +127,7 @@ class DataReads:
     folds: list = field(default_factory=list)
     bound_by: list = field(default_factory=list)
     _known: list = field(default_factory=list, repr=False)  # (origin, values) seen so far
-    _origins: dict = field(default_factory=dict, repr=False)
+    _origins: dict = field(default_factory=dict, repr=False)  # id -> (constant kept alive, origin)
     _signed: dict = field(default_factory=dict, repr=False)  # signature -> [(constant, origin)]
     _folded_nodes: set = field(default_factory=set, repr=False)
 
