@@ -110,42 +110,6 @@ def test_a_fold_whose_shape_depends_on_the_values_is_reused_only_for_that_shape(
     assert not compile_and_run(selected, mask([3, 17]), X)  # 38
 
 
-def data_key_reasons():
-    return [entry.reason for entry in Store(settings.current()).entries(kind="rewrite") if entry.reason]
-
-
-def test_data_folded_by_rewriting_is_folded_again_from_new_data():
-    def folded(x, data):  # log(data) and its slice are folded into constants
-        return x[:N - 1] + pt.log(data)[1:] * 2.0
-
-    assert not compile_and_run(folded, np.linspace(1.0, 2.0, N), X)
-    assert compile_and_run(folded, np.linspace(2.0, 3.0, N), X)
-
-
-def test_a_fold_of_data_into_a_small_constant_is_data_bound():
-    def mean(x, data):  # the mean is folded to a scalar frozen into the graph
-        return x[:N] - data.mean()
-
-    assert not compile_and_run(mean, np.linspace(1.0, 2.0, N), X)
-    assert not compile_and_run(mean, np.linspace(2.0, 3.0, N), X)
-    assert compile_and_run(mean, np.linspace(2.0, 3.0, N), X)  # by content
-    (reason,) = data_key_reasons()
-    assert reason.startswith("data-bound: ") and "small constant" in reason
-
-
-def test_a_fold_whose_shape_depends_on_the_values_is_not_reused():
-    def selected(x, data):  # the nonzero positions become an index of their own length
-        return x[data.nonzero()[0]] * 2.0
-
-    mask = np.zeros(N)
-    mask[:35] = 1.0
-    assert not compile_and_run(selected, mask, X)
-    assert not compile_and_run(selected, np.roll(mask, 3), X)  # same count: a hit is fine too
-    other = np.zeros(N)
-    other[:33] = 1.0
-    assert not compile_and_run(selected, other, X)
-
-
 def test_data_constants_merged_with_each_other_are_data_bound():
     def two(x, data):
         return x[:N] * data + x[N:2 * N] * pt.as_tensor(data.data.copy())
