@@ -126,10 +126,13 @@ class DataReads:
     answers: dict = field(default_factory=dict)
     folds: list = field(default_factory=list)
     bound_by: list = field(default_factory=list)
-    _known: list = field(default_factory=list, repr=False)  # (origin, values) seen so far
-    _origins: dict = field(default_factory=dict, repr=False)  # id -> (constant kept alive, origin)
-    _signed: dict = field(default_factory=dict, repr=False)  # signature -> [(constant, origin)]
-    _folded_nodes: set = field(default_factory=set, repr=False)
+    #: (origin, values) of every piece of data seen so far
+    _known: list = field(init=False, repr=False)
+    #: id -> (the constant, kept alive so its id is not reused; its origin)
+    _origins: dict = field(default_factory=dict, init=False, repr=False)
+    #: merge signature -> [(constant, origin)]
+    _signed: dict = field(default_factory=dict, init=False, repr=False)
+    _folded_nodes: set = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self):
         self._known = [(Origin(position), _raw(c)) for position, c in enumerate(self.originals)]
@@ -295,18 +298,20 @@ def _layout_ops() -> tuple:
     return DimShuffle, Reshape, SpecifyShape, Subtensor
 
 
-def _lossless_cast(data: np.ndarray, dtype: str) -> np.ndarray | None:
+def _lossless_cast(data: np.ndarray, dtype) -> np.ndarray | None:
+    """`data` as `dtype` (itself if it is already), or None when the cast would lose values."""
+    if data.dtype == dtype:
+        return data
     cast = data.astype(dtype)
     return cast if np.array_equal(cast.astype(data.dtype), data) else None
 
 
 def _is_lossless_cast(source: np.ndarray, data) -> bool:
+    """Whether `data` holds exactly the values of `source`, cast without loss."""
     if not isinstance(data, np.ndarray) or source.shape != data.shape:
         return False
-    if source.dtype == data.dtype:
-        return np.array_equal(source, data)
-    cast = source.astype(data.dtype)
-    return np.array_equal(cast, data) and np.array_equal(cast.astype(source.dtype), source)
+    cast = _lossless_cast(source, data.dtype)
+    return cast is not None and np.array_equal(cast, data)
 
 
 def _inner_graph_constants(fgraph):
