@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from numba.core.registry import CPUDispatcher
 
+from numba_cache.kernels.self_contained import SelfContainedCompiler
+
 
 class CachedDispatcher(CPUDispatcher):
     """A CPU dispatcher that holds its cache's single-flight lock while compiling."""
@@ -24,7 +26,9 @@ def cached_dispatcher(py_func, cache, *, called_from_python: bool, fastmath: boo
     """Wrap `py_func` in a :class:`CachedDispatcher` that consults `cache`.
 
     Kernels only called from other kernels skip numba's CPython and cfunc
-    wrappers, which cost compile time and are never used.
+    wrappers, which cost compile time and are never used. Kernels are compiled
+    self-contained (:mod:`.self_contained`), so a process runs the same code
+    whether it compiled the kernel or loaded it.
     """
     targetoptions = {
         "nopython": True,
@@ -33,6 +37,9 @@ def cached_dispatcher(py_func, cache, *, called_from_python: bool, fastmath: boo
     }
     if not called_from_python:
         targetoptions |= {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
-    dispatcher = CachedDispatcher(py_func=py_func, locals={}, targetoptions=targetoptions)
+    dispatcher = CachedDispatcher(
+        py_func=py_func, locals={}, targetoptions=targetoptions,
+        pipeline_class=SelfContainedCompiler,
+    )
     dispatcher._cache = cache
     return dispatcher

@@ -16,6 +16,8 @@ After compiling, before writing (:func:`inspect_compile_result`)
     :mod:`.objmode`), lifted code that cannot be cached,
     dynamic globals (ctypes pointers, constants too large or non-contiguous to
     freeze), an environment without a module;
+  - code that is not self-contained (see :mod:`.self_contained`): a later
+    process would run other code than the compiling one;
   - a scan of the final LLVM IR for integer constants that are addresses mapped
     in this process (``/proc/self/maps``), i.e. a baked pointer.
 
@@ -33,6 +35,7 @@ import uuid
 from dataclasses import dataclass
 
 from numba_cache.keys.key import Key
+from numba_cache.kernels.self_contained import is_self_contained
 
 _registry: dict[type, str] = {}
 
@@ -80,6 +83,12 @@ def inspect_compile_result(cres, llvm_ir: str, object_mode: bool = False) -> Unc
         )
     if not cres.environment.can_cache():
         return Uncacheable("dynamic-environment", "its environment has no module to rebuild from")
+    if not object_mode and not is_self_contained(cres.library):
+        return Uncacheable(
+            "not-self-contained",
+            "its machine code may call other modules' copies of the functions it links, "
+            "so a process loading it would run other code than the one compiling it",
+        )
     address = baked_address(llvm_ir)
     if address is not None:
         return Uncacheable(

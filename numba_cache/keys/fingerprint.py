@@ -4,7 +4,8 @@ A kernel compiled under one fingerprint is only ever loaded under the same one:
 entries are stored under the fingerprint's digest, and the digest is also mixed
 into every key. Components are read without compiling anything (well under a
 millisecond): the CPU triple, name and features are the ones numba's own
-``CPUCodegen.magic_tuple()`` is made of, read from the same sources.
+``CPUCodegen.magic_tuple()`` is made of, read from the same sources, with the
+other settings numba's codegen reads.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 #: Version of numba_cache's key and entry formats; bump to invalidate every entry.
-FORMAT_VERSION = 3
+#: 4: kernels are self-contained (``kernels/self_contained.py``): format 3 entries
+#: hold weak copies that a process binds to whatever it loaded first; op keys
+#: describe tensor subclasses in full (CSR and CSC kernels shared a key).
+FORMAT_VERSION = 4
 
 _VERSIONED_PACKAGES = ("numba", "llvmlite", "numpy", "scipy", "pytensor")
 
@@ -54,30 +58,37 @@ def _package_version(name: str) -> str:
         return "absent"
 
 
-def _cpu_components() -> dict:
+def _codegen_components() -> dict:
+    """What numba's JIT codegen compiles for, read where ``CPUCodegen`` reads it.
+
+    The CPU name and features are those of ``CPUCodegen._get_host_cpu_name`` and
+    ``_get_host_cpu_features`` (its ``magic_tuple()``): ``NUMBA_CPU_NAME`` set to
+    the empty string is a CPU of its own, not the host, and ``NUMBA_ENABLE_AVX``
+    acts through the features. The rest are the settings its target machine and
+    pass builders read. ``tests/test_cpu_targets.py`` checks the CPU part
+    against ``magic_tuple()`` under each setting.
+    """
     import llvmlite.binding as llvm
     from numba.core import config as numba_config
     from numba.core.codegen import get_host_cpu_features
 
     return {
         "cpu_triple": llvm.get_process_triple(),
-        "cpu_name": numba_config.CPU_NAME or llvm.get_host_cpu_name(),
-        "cpu_features": (
-            numba_config.CPU_FEATURES
-            if numba_config.CPU_FEATURES is not None
-            else get_host_cpu_features()
+        "cpu_name": (
+            llvm.get_host_cpu_name() if numba_config.CPU_NAME is None else numba_config.CPU_NAME
         ),
-    }
-
-
-def _numba_flags() -> dict:
-    from numba.core import config as numba_config
-
-    return {
+        "cpu_features": (
+            get_host_cpu_features()
+            if numba_config.CPU_FEATURES is None
+            else numba_config.CPU_FEATURES
+        ),
         "numba_opt": str(numba_config.OPT),
+        "numba_loop_vectorize": str(numba_config.LOOP_VECTORIZE),
+        "numba_slp_vectorize": str(numba_config.SLP_VECTORIZE),
+        "numba_refprune": f"{numba_config.LLVM_REFPRUNE_PASS}:{numba_config.LLVM_REFPRUNE_FLAGS}",
+        "numba_svml": str(getattr(numba_config, "USING_SVML", None)),
         "numba_boundscheck": str(numba_config.BOUNDSCHECK),
         "numba_debuginfo": str(numba_config.DEBUGINFO_DEFAULT),
-        "numba_fastmath_default": str(getattr(numba_config, "FASTMATH", None)),
     }
 
 
@@ -93,8 +104,7 @@ def _static_components() -> tuple:
         "format_version": FORMAT_VERSION,
         "python": f"{sys.implementation.name}-{platform.python_version()}",
         **{name: _package_version(name) for name in _VERSIONED_PACKAGES},
-        **_cpu_components(),
-        **_numba_flags(),
+        **_codegen_components(),
     }
     return tuple(sorted(components.items()))
 

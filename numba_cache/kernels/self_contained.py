@@ -1,0 +1,68 @@
+"""Kernels whose machine code calls only its own copies of the functions it links.
+
+Why a cold process used to get other bits than a warm one (on some CPU targets):
+numba links every callee's optimised module into the caller as ``linkonce_odr``
+copies and optimises the caller again; calls the optimiser does not inline stay
+calls to those copies, which the object file carries as *weak* symbols. When
+MCJIT loads an object, a weak symbol that the process already defines binds to
+that definition. In the process that compiled a kernel, every callee was itself
+compiled and loaded first (strong symbols, optimised once, in their own module),
+so the kernel's calls run the callees' code; a later process loads the kernel
+alone, so the same calls run the kernel's own copies, optimised a second time
+with the caller. Both are valid code for the same function, but where the second
+optimisation vectorises or reassociates a reduction differently (LLVM's cost
+models for ``znver3``/``znver4`` do; ``generic`` and ``skylake-avx512`` happen
+not to), the sums differ in their last bits.
+
+A kernel numba_cache compiles therefore gives those copies internal linkage once
+its module is optimised: the code is unchanged, but its calls can no longer be
+bound to anything else in the process, so the cold process runs exactly the
+object code it stores and every later process loads. :func:`is_self_contained`
+checks the result before an entry is written; a kernel that is not (if numba
+ever stops honouring the hook) is compiled fresh rather than stored.
+
+This touches numba internals in one place: the compiler pipeline's ``library``
+slot and ``CPUCodeLibrary._optimize_final_module``. ``tests/test_cpu_targets.py``
+fails loudly if either moves.
+"""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+from numba.core.codegen import JITCodeLibrary
+from numba.core.compiler import Compiler
+
+_REPLACEABLE = (llvm.Linkage.linkonce_odr, llvm.Linkage.linkonce_any,
+                llvm.Linkage.weak_odr, llvm.Linkage.weak_any)
+
+
+class SelfContainedLibrary(JITCodeLibrary):
+    """numba's JIT code library, with its linked-in copies made internal after optimisation."""
+
+    def _optimize_final_module(self):
+        super()._optimize_final_module()
+        for function in self._final_module.functions:
+            if not function.is_declaration and function.linkage in _REPLACEABLE:
+                function.linkage = llvm.Linkage.internal
+
+
+class SelfContainedCompiler(Compiler):
+    """numba's default compiler, lowering into a :class:`SelfContainedLibrary`."""
+
+    def compile_extra(self, func):
+        if self.state.library is None:
+            codegen = self.state.targetctx.codegen()
+            if codegen._library_class is JITCodeLibrary:
+                library = SelfContainedLibrary(codegen, func.__qualname__)
+                # As numba's NativeLowering does for the libraries it creates.
+                library.enable_object_caching()
+                self.state.library = library
+        return super().compile_extra(func)
+
+
+def is_self_contained(library) -> bool:
+    """True if no function `library` defines can be replaced by another module's definition."""
+    return not any(
+        not function.is_declaration and function.linkage in _REPLACEABLE
+        for function in library._final_module.functions
+    )
