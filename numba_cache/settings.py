@@ -4,8 +4,9 @@ Every setting has three sources, highest priority first:
 
 1. Python: ``numba_cache.settings.configure(root=..., max_size="2G", ...)``;
 2. the environment: ``NBCACHE_DIR``, ``NBCACHE_DISABLE``, ``NBCACHE_READONLY``,
-   ``NBCACHE_MAX_SIZE``, ``NBCACHE_LOCK_TIMEOUT``, and ``NBCACHE_REMOTE...`` for the
-   shared tier on Redis (see :mod:`numba_cache.store.remote`);
+   ``NBCACHE_MAX_SIZE``, ``NBCACHE_LOCK_TIMEOUT``, ``NBCACHE_VERIFY_HITS`` (see
+   :mod:`numba_cache.kernels.collisions`), and ``NBCACHE_REMOTE...`` for the shared
+   tier on Redis (see :mod:`numba_cache.store.remote`);
 3. the defaults in :data:`DEFAULTS`.
 
 The environment is read on every call of :func:`current`, so a subprocess or a
@@ -30,6 +31,8 @@ DEFAULTS = {
     "disabled": False,
     "readonly": False,
     "lock_timeout": 600.0,
+    # Fraction of hits recompiled and compared with what the store served (collision detector).
+    "verify_hits": 0.0,
     # The shared tier on Redis: off unless a URL is given.
     "remote": None,
     "remote_prefix": "nbcache",
@@ -51,6 +54,7 @@ ENVIRONMENT = {
     "readonly": "NBCACHE_READONLY",
     "max_size": "NBCACHE_MAX_SIZE",
     "lock_timeout": "NBCACHE_LOCK_TIMEOUT",
+    "verify_hits": "NBCACHE_VERIFY_HITS",
     "remote": "NBCACHE_REMOTE",
     "remote_prefix": "NBCACHE_REMOTE_PREFIX",
     "remote_readonly": "NBCACHE_REMOTE_READONLY",
@@ -111,6 +115,17 @@ def _parse_float(text: str, what: str) -> float:
     return value
 
 
+def parse_fraction(text: str | float, what: str) -> float:
+    """A fraction from 0 to 1 (``"1"``: all, ``"0.05"``: one in twenty)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise SettingsError(f"{what}: cannot read {text!r} as a fraction; use 0 to 1") from None
+    if not 0.0 <= value <= 1.0:
+        raise SettingsError(f"{what} must be from 0 to 1, got {text!r}")
+    return value
+
+
 def _parse_remote_url(text: str, what: str) -> str:
     url = text.strip()
     if not url.startswith(("redis://", "rediss://", "unix://")):
@@ -157,6 +172,7 @@ _PARSERS = {
     "readonly": parse_bool,
     "max_size": parse_size,
     "lock_timeout": _parse_float,
+    "verify_hits": parse_fraction,
     "remote": _parse_remote_url,
     "remote_prefix": _parse_prefix,
     "remote_readonly": parse_bool,
@@ -179,6 +195,7 @@ class Settings:
     readonly: bool
     max_size: int
     lock_timeout: float
+    verify_hits: float
     remote: str | None
     remote_prefix: str
     remote_readonly: bool

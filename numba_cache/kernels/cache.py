@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from numba.core.caching import _Cache
 
-from numba_cache.kernels import objmode, report
+from numba_cache.kernels import collisions, objmode, report
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.store import Entry, StoreWarning
@@ -60,6 +60,8 @@ class KernelCache(_Cache):
         self._prepared = False
         self._entry: Entry | None = None
         self._held_locks: list[list] = []
+        #: Entries of hits being verified (:mod:`.collisions`), by numba signature.
+        self._verifying: dict = {}
 
     @property
     def key(self):
@@ -114,6 +116,11 @@ class KernelCache(_Cache):
         if cres is not None:
             report.record(self._context, f"{self._key.kind}.hit")
             report.lookup(self._context, self._key, "hit")
+            rate = self._context.settings.verify_hits
+            if rate and collisions.sampled(rate):
+                self._verifying[sig] = entry
+                self._run_prepare()
+                return None  # numba compiles; save_overload compares
             return cres
         if self._verdict is not None:
             report.uncacheable(self._context, self._key, self._verdict)
@@ -161,8 +168,14 @@ class KernelCache(_Cache):
         if not self._persistent or self._verdict_is_stored:
             return
         verdict, llvm_ir = self._verdict, None
-        if verdict is None:
+        served = self._verifying.pop(sig, None)
+        if served is not None:
             llvm_ir = cres.library.get_llvm_str()
+            if collisions.served_code_matches(self._context, self._key, served, sig, llvm_ir):
+                return
+            self._entry = None  # removed: none of its overloads may be kept
+        if verdict is None:
+            llvm_ir = llvm_ir or cres.library.get_llvm_str()
             verdict = inspect_compile_result(cres, llvm_ir, self._object_mode)
         if verdict is not None:
             if self._verdict is None:
@@ -180,6 +193,7 @@ class KernelCache(_Cache):
         existing = self._entry
         blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
         blobs[overload_blob_name(sig)] = payload
+        blobs[collisions.ir_blob_name(sig)] = collisions.ir_digest(llvm_ir).encode()
         if self._object_mode:
             self._save(cacheable=True, verdict=None, blobs=blobs)
             return

@@ -8,6 +8,7 @@ the generated function's globals, right before numba compiles.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from numba_cache.codegen.module import compile_function
@@ -43,6 +44,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, key=None) -> 
             key = graph_kernel_key(fgraph, context.fingerprint)
         except UnkeyableValue as exc:
             key, verdict = unkeyed("graph", graph_summary(fgraph), exc)
+    _register_argument_types(fgraph)
     name = f"graph_{key.short}"
     hidden = hidden_constants(fgraph)
     generated = graph_source(fgraph, name, hidden)
@@ -73,3 +75,18 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, key=None) -> 
         function, cache, called_from_python=True, fastmath=config.numba__fastmath
     )
     return GraphKernel(dispatcher, [hidden_value(constant) for constant in hidden])
+
+
+def _register_argument_types(fgraph) -> None:
+    """Teach numba the sparse types of the graph's inputs and outputs.
+
+    numba types the arguments of a call before it asks the cache, and it knows
+    scipy's CSR and CSC matrices only once PyTensor's sparse dispatch has
+    registered them (typeof, unbox, box); a hit imports no dispatch by itself.
+    """
+    sparse_types = sys.modules.get("pytensor.sparse.type")
+    if sparse_types is None:  # no sparse variable exists yet in this process
+        return
+    if any(isinstance(variable.type, sparse_types.SparseTensorType)
+           for variable in [*fgraph.inputs, *fgraph.outputs]):
+        import pytensor.link.numba.dispatch.sparse  # noqa: F401

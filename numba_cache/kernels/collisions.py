@@ -1,0 +1,90 @@
+"""The collision detector: hits recompiled and compared with what the store served.
+
+A key that misses something the code depends on (issue 20: CSR and CSC sparse
+kernels shared one) serves one program's code to another, silently. With
+``NBCACHE_VERIFY_HITS`` (a fraction of hits, ``1`` for all) a sampled hit is
+compiled again and the digest of its LLVM IR compared with the digest stored
+with the served code; a mismatch removes the entry, warns naming the key looked
+up and the key the served code was compiled under, and counts ``collision``
+(``numba-cache stats``). Off, the hit path pays one attribute check.
+
+numba mangles every function it compiles with a unique id (``B<n>v<digits>``)
+and an ABI tag (``B<n><base64>``) that differ from one process (or one
+dispatcher) to the next for the same code; environment names built from them
+appear in string constants too, with their lengths. Everything else in the IR
+is the code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import warnings
+
+from numba_cache.keys import Key
+from numba_cache.kernels import report
+from numba_cache.store import StoreWarning
+
+_IR_PREFIX = "ir:"
+
+_UNIQUE_ID = re.compile(r"B(\d+)v")
+_LENGTH_TAG = re.compile(r"B(\d+)")
+_ENVIRONMENT_STRING = re.compile(r'\[\d+ x i8\] c"missing Environment: ')
+
+
+def normalized_ir(llvm_ir: str) -> str:
+    """`llvm_ir` with numba's unique ids and ABI tags replaced by placeholders."""
+    pieces, position = [], 0
+    for match in _UNIQUE_ID.finditer(llvm_ir):
+        if match.start() < position:
+            continue
+        end = match.start() + len("B") + len(match.group(1)) + int(match.group(1))
+        tag = _LENGTH_TAG.match(llvm_ir, end)
+        if not llvm_ir[match.end():end].isdigit() or tag is None:
+            continue  # not a numba-mangled name
+        pieces += [llvm_ir[position:match.start()], "B_v_B_"]
+        position = tag.end() + int(tag.group(1))
+    pieces.append(llvm_ir[position:])
+    return _ENVIRONMENT_STRING.sub('[_ x i8] c"missing Environment: ', "".join(pieces))
+
+
+def ir_digest(llvm_ir: str) -> str:
+    return hashlib.sha256(normalized_ir(llvm_ir).encode()).hexdigest()
+
+
+def ir_blob_name(signature) -> str:
+    """The blob holding the IR digest of the overload compiled for `signature`."""
+    return f"{_IR_PREFIX}{signature}"
+
+
+def sampled(rate: float) -> bool:
+    return rate >= 1.0 or random.random() < rate
+
+
+def served_code_matches(context, key, served, signature, llvm_ir: str) -> bool:
+    """Whether the entry `served` under `key` holds the code compiled now (`llvm_ir`).
+
+    On a mismatch the entry is removed, counted as ``collision`` and warned about.
+    """
+    recorded = served.blobs.get(ir_blob_name(signature))
+    if recorded is None:  # written by a numba_cache that recorded no IR: nothing to compare
+        report.record(context, "verify.unrecorded")
+        return True
+    if recorded.decode() == ir_digest(llvm_ir):
+        report.record(context, "verify.same")
+        return True
+    made_under = Key.from_components(served.kind, served.summary, served.components)
+    if made_under.digest == key.digest:
+        origin = "made under the same key: the key misses something the code depends on"
+    else:
+        origin = f"made under key {made_under.short} ({made_under.summary})"
+    warnings.warn(
+        f"numba_cache: key collision: entry {key.short} ({key.summary}) served code that differs "
+        f"from what it compiles to now ({origin}); entry removed, compiled code used",
+        StoreWarning,
+        stacklevel=2,
+    )
+    report.record(context, "collision")
+    context.store.remove(context.fingerprint.digest, key.digest)
+    return False
