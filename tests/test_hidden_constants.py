@@ -16,13 +16,15 @@ import json, os
 import numpy as np, pytensor
 import numba_cache
 from numba_cache.compile_events import count_numba_compiles
+from numba_cache.compare import NUMBA_ULP_BOUND, max_ulp_distance
 from numba_cache.models import radon_model
 model = radon_model(seed=int(os.environ["SEED"]))
 reference = pytensor.function(model.inputs, model.outputs, mode="NUMBA")(*model.point)
 with count_numba_compiles() as compiles:
     values = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")(*model.point)
+# Other generated code than NUMBA's (reductions may be vectorised differently): a ULP bound.
 print(json.dumps({"compiles": len(compiles), "stats": dict(numba_cache.session_stats()),
-                  "equal": all(np.array_equal(a, b) for a, b in zip(values, reference))}))
+                  "equal": max_ulp_distance(values, reference) <= NUMBA_ULP_BOUND}))
 """
 
 
