@@ -4,8 +4,8 @@ Every setting has three sources, highest priority first:
 
 1. Python: ``numba_cache.settings.configure(root=..., max_size="2G", ...)``;
 2. the environment: ``NBCACHE_DIR``, ``NBCACHE_DISABLE``, ``NBCACHE_READONLY``,
-   ``NBCACHE_MAX_SIZE``, ``NBCACHE_LOCK_TIMEOUT``, ``NBCACHE_VERIFY_HITS`` (see
-   :mod:`numba_cache.kernels.collisions`), and ``NBCACHE_REMOTE...`` for the shared
+   ``NBCACHE_MAX_SIZE``, ``NBCACHE_LOCK_TIMEOUT``, ``NBCACHE_VERIFY_HITS`` and
+   ``NBCACHE_VERIFY_LIMIT`` (see :mod:`numba_cache.kernels.collisions`), and ``NBCACHE_REMOTE...`` for the shared
    tier on Redis (see :mod:`numba_cache.store.remote`);
 3. the defaults in :data:`DEFAULTS`.
 
@@ -33,6 +33,8 @@ DEFAULTS = {
     "lock_timeout": 600.0,
     # Fraction of hits recompiled and compared with what the store served (collision detector).
     "verify_hits": 0.0,
+    # At most this many of them per process (0: no limit).
+    "verify_hits_limit": 0,
     # The shared tier on Redis: off unless a URL is given.
     "remote": None,
     "remote_prefix": "nbcache",
@@ -55,6 +57,7 @@ ENVIRONMENT = {
     "max_size": "NBCACHE_MAX_SIZE",
     "lock_timeout": "NBCACHE_LOCK_TIMEOUT",
     "verify_hits": "NBCACHE_VERIFY_HITS",
+    "verify_hits_limit": "NBCACHE_VERIFY_LIMIT",
     "remote": "NBCACHE_REMOTE",
     "remote_prefix": "NBCACHE_REMOTE_PREFIX",
     "remote_readonly": "NBCACHE_REMOTE_READONLY",
@@ -126,6 +129,17 @@ def parse_fraction(text: str | float, what: str) -> float:
     return value
 
 
+def parse_count(text: str | int, what: str) -> int:
+    """A whole number, 0 or more."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise SettingsError(f"{what}: cannot read {text!r} as a whole number") from None
+    if value < 0:
+        raise SettingsError(f"{what} must not be negative, got {text!r}")
+    return value
+
+
 def _parse_remote_url(text: str, what: str) -> str:
     url = text.strip()
     if not url.startswith(("redis://", "rediss://", "unix://")):
@@ -173,6 +187,7 @@ _PARSERS = {
     "max_size": parse_size,
     "lock_timeout": _parse_float,
     "verify_hits": parse_fraction,
+    "verify_hits_limit": parse_count,
     "remote": _parse_remote_url,
     "remote_prefix": _parse_prefix,
     "remote_readonly": parse_bool,
@@ -196,6 +211,7 @@ class Settings:
     max_size: int
     lock_timeout: float
     verify_hits: float
+    verify_hits_limit: int
     remote: str | None
     remote_prefix: str
     remote_readonly: bool

@@ -43,6 +43,11 @@ class Tally:
     uncacheable: Counter = field(default_factory=Counter)  # reason to kernels
     failures: list[Failure] = field(default_factory=list)
     write_errors: int = 0
+    # With verification (numba-cache verify --recompile): hits compared, hits with
+    # nothing to compare, and the collisions found (as warm_target reports them).
+    verified: int = 0
+    unrecorded: int = 0
+    collisions: list[dict] = field(default_factory=list)
 
     def add_lookup(self, decision: str) -> None:
         if decision == "miss":
@@ -58,6 +63,9 @@ class Tally:
         self.uncacheable.update(other.uncacheable)
         self.failures.extend(other.failures)
         self.write_errors += other.write_errors
+        self.verified += other.verified
+        self.unrecorded += other.unrecorded
+        self.collisions.extend(other.collisions)
 
 
 @dataclass
@@ -88,12 +96,27 @@ def warm(targets: list[str], jobs: int, progress: Progress) -> dict[str, Tally]:
     return dict(zip(targets, tallies))
 
 
-def _warm_one(target: str, progress: Progress) -> Tally:
+def verify(targets: list[str], hits: int, progress: Progress) -> dict[str, Tally | None]:
+    """Run each target in turn in a child process verifying its hits, at most `hits`
+    in all; each target's tally (None: not run, every hit to verify was verified)."""
+    tallies: dict[str, Tally | None] = {}
+    left = hits
+    for target in targets:
+        if left <= 0:
+            tallies[target] = None
+            continue
+        tallies[target] = _warm_one(target, progress, verify=left)
+        left -= tallies[target].verified + tallies[target].unrecorded
+    return tallies
+
+
+def _warm_one(target: str, progress: Progress, verify: int | None = None) -> Tally:
     tally = Tally()
     done = False
+    option = [] if verify is None else ["--verify", str(verify)]
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
         child = subprocess.Popen(
-            [sys.executable, "-m", "numba_cache.warm_target", target],
+            [sys.executable, "-m", "numba_cache.warm_target", *option, target],
             stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True,
         )
         for line in child.stdout:
@@ -130,7 +153,13 @@ def _apply(event: dict, target: str, tally: Tally, total: Tally) -> bool:
         total.failures.append(failure)
     elif kind == "done":
         tally.write_errors = int(event.get("write_errors", 0))
+        tally.verified = int(event.get("verified", 0))
+        tally.unrecorded = int(event.get("unrecorded", 0))
+        tally.collisions = list(event.get("collisions", []))
         total.write_errors += tally.write_errors
+        total.verified += tally.verified
+        total.unrecorded += tally.unrecorded
+        total.collisions.extend(tally.collisions)
         return True
     return False
 

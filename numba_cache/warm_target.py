@@ -19,6 +19,12 @@ Events go to the parent as JSON lines on the original stdout; everything the
 target prints goes to stderr. ``{"event": "lookup", "kind", "decision"}`` per
 kernel lookup, ``{"event": "failure", "graph", "error"}`` per failure (``graph``
 null when the target itself failed; ``details``: the whole message), and last ``{"event": "done", "write_errors"}``.
+
+With ``--verify N`` (``numba-cache verify --recompile``) the first N hits are
+recompiled and compared with what the store served (:mod:`numba_cache.kernels.collisions`);
+``done`` then also holds ``verified`` (hits compared), ``unrecorded`` (hits stored
+without an IR digest: nothing to compare) and ``collisions`` (``key``, ``summary``,
+``made_under``, ``made_under_summary``).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ def is_pytest_selection(target: str) -> bool:
     )
 
 
-def main(target: str) -> int:
+def main(target: str, verify: int | None = None) -> int:
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # the target's own output must not mix with the events
 
@@ -56,6 +62,10 @@ def main(target: str) -> int:
     from numba_cache.kernels.report import observe_lookups
 
     pytensor.config.mode = numba_cache.numba_cache_mode()
+    if verify is not None:
+        from numba_cache import settings
+
+        settings.configure(verify_hits=1, verify_hits_limit=verify)
     built: list[tuple[str | None, object, object, dict]] = []
     naming: list[str | None] = [None]
     linker.graph_kernel_observers.append(
@@ -105,9 +115,25 @@ def main(target: str) -> int:
             for lookup in held:
                 report(lookup)
             held = None
-    emit("done", write_errors=numba_cache.session_stats().get("write_error", 0))
+    stats = numba_cache.session_stats()
+    verification = {} if verify is None else _verification(stats)
+    emit("done", write_errors=stats.get("write_error", 0), **verification)
     channel.close()
     return 0
+
+
+def _verification(stats) -> dict:
+    from numba_cache.kernels import collisions
+
+    return {
+        "verified": stats.get("verify.same", 0) + stats.get("collision", 0),
+        "unrecorded": stats.get("verify.unrecorded", 0),
+        "collisions": [
+            {"key": found.key.digest, "summary": found.key.summary,
+             "made_under": found.made_under.digest, "made_under_summary": found.made_under.summary}
+            for found in collisions.found
+        ],
+    }
 
 
 def describe_error(error: BaseException) -> str:
@@ -209,6 +235,9 @@ def _describe_graph(fgraph) -> str:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m numba_cache.warm_target TARGET")
-    sys.exit(main(sys.argv[1]))
+    arguments = sys.argv[1:]
+    if len(arguments) == 3 and arguments[0] == "--verify" and arguments[1].isdigit():
+        sys.exit(main(arguments[2], verify=int(arguments[1])))
+    if len(arguments) != 1:
+        sys.exit("usage: python -m numba_cache.warm_target [--verify N] TARGET")
+    sys.exit(main(arguments[0]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 
@@ -9,6 +10,7 @@ from numba_cache import settings as settings_module
 from numba_cache.cli.access import CliError, confirm, find_fingerprint, open_store
 from numba_cache.cli.entries import entry_json
 from numba_cache.cli.formatting import human_age, human_size, plural, table
+from numba_cache.cli.portable import check_targets, target_store
 from numba_cache.components import DIGEST_DIGITS
 from numba_cache.keys import current_fingerprint
 
@@ -42,11 +44,26 @@ def register(commands, common) -> None:
     verify = commands.add_parser(
         "verify", parents=[common], help="check every entry; exit status 1 if anything is wrong",
         description="Check the checksums and metadata of every entry, source copies, "
-        "temporary files and the index. Exit status 0: clean, 1: problems found.",
+        "temporary files and the index. With --recompile N TARGET...: then also run each "
+        "TARGET (the forms warm takes), one after the other in a fresh process, recompiling "
+        "its cache hits, at most N in all, and comparing each with the code the store "
+        "served (the NBCACHE_VERIFY_HITS check); an entry that differs is a key collision: "
+        "it is removed and replaced by the code compiled now. Exit status 0: clean, "
+        "1: problems or collisions found, or a TARGET failed.",
     )
     verify.add_argument("--repair", action="store_true",
                         help="remove broken entries, orphaned files and stale temporary files")
+    verify.add_argument("--recompile", type=_positive_count, metavar="N",
+                        help="recompile at most N cache hits of the TARGETs and compare")
+    verify.add_argument("targets", nargs="*", metavar="TARGET",
+                        help="with --recompile: a Python file, module:callable or pytest selection")
     verify.set_defaults(handler=command_verify)
+
+
+def _positive_count(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"N must be a positive whole number, got {text!r}")
+    return int(text)
 
 
 def command_clear(args) -> int:
@@ -128,22 +145,111 @@ def command_prune(args) -> int:
 
 
 def command_verify(args) -> int:
+    if args.recompile is not None and not args.targets:
+        raise CliError("--recompile needs at least one TARGET to run")
+    if args.targets and args.recompile is None:
+        raise CliError(f"TARGETs are run only with --recompile N (got {args.targets[0]})")
+    if args.recompile is not None:
+        target_store("nothing is looked up, nothing to verify")
+        check_targets(args.targets)
     store = open_store(write=args.repair)
     checked = len(store.entries())
     problems = store.verify(repair=args.repair)
+    if args.recompile is None or not args.json:
+        status = _report_problems(args, store, checked, problems)
+        if args.recompile is None:
+            return status
+    recompiled = _recompile(args, store)
     if args.json:
-        print(json.dumps({
-            "problems": [
-                {
-                    "problem": problem.problem,
-                    "fingerprint": problem.fingerprint,
-                    "key": problem.key,
-                    "path": None if problem.path is None else str(problem.path),
-                }
-                for problem in problems
-            ],
-            "repaired": args.repair,
-        }, indent=2))
+        print(json.dumps({**_problems_json(args, problems), "recompile": recompiled}, indent=2))
+    failed = recompiled["collisions"] or recompiled["failures"]
+    return 1 if problems or failed else 0
+
+
+def _recompile(args, store) -> dict:
+    """Run the targets verifying their hits; what was found, as the JSON reports it."""
+    from numba_cache import warm
+
+    if not args.json:
+        print(f"recompiling at most {plural(args.recompile, 'hit')} of "
+              f"{plural(len(args.targets), 'target')} and comparing with {store.root}", flush=True)
+
+    def changed(progress, finished) -> None:
+        if finished is not None and not args.json:
+            target, tally = finished
+            print(f"[{progress.finished}/{progress.targets}] {target}: {_verified_text(tally)}", flush=True)
+
+    progress = warm.Progress(len(args.targets), changed)
+    tallies = warm.verify(args.targets, args.recompile, progress)
+    total = progress.tally
+    if not args.json:
+        for collision in total.collisions:
+            print(f"COLLISION {_collision_text(collision)}")
+        for failure in total.failures:
+            where = failure.target if failure.graph is None else f"{failure.target}: {failure.graph}"
+            print(f"FAILED {where}: {failure.error}")
+        skipped = [target for target, tally in tallies.items() if tally is None]
+        if skipped:
+            print(f"not run, {plural(args.recompile, 'hit')} verified already: {', '.join(skipped)}")
+        print(f"{_verified_text(total)}; {plural(len(total.collisions), 'entry')} removed"
+              + (" (replaced by the code compiled now)" if total.collisions else ""))
+        if total.verified == 0:
+            print("nothing was verified: the targets hit nothing the store holds (warm it first?)")
+    return {
+        "limit": args.recompile,
+        "verified": total.verified,
+        "unrecorded": total.unrecorded,
+        "collisions": total.collisions,
+        "removed": len(total.collisions),
+        "failures": [
+            {"target": failure.target, "graph": failure.graph, "error": failure.error}
+            for failure in total.failures
+        ],
+        "targets": [
+            {"target": target, "run": tally is not None,
+             "verified": 0 if tally is None else tally.verified,
+             "collisions": 0 if tally is None else len(tally.collisions)}
+            for target, tally in tallies.items()
+        ],
+    }
+
+
+def _verified_text(tally) -> str:
+    text = f"{plural(tally.verified, 'hit')} verified, {plural(len(tally.collisions), 'collision')}"
+    if tally.unrecorded:
+        text += f", {tally.unrecorded} stored without an IR digest (not compared)"
+    if tally.failures:
+        text += f", {plural(len(tally.failures), 'failure')}"
+    return text
+
+
+def _collision_text(collision: dict) -> str:
+    looked_up = f"entry {collision['key'][:DIGEST_DIGITS]} ({collision['summary']})"
+    if collision["made_under"] == collision["key"]:
+        return (f"{looked_up} served code that differs from what it compiles to now, made "
+                "under the same key: the key misses something the code depends on")
+    return (f"{looked_up} served code made under key {collision['made_under'][:DIGEST_DIGITS]} "
+            f"({collision['made_under_summary']})")
+
+
+def _problems_json(args, problems) -> dict:
+    return {
+        "problems": [
+            {
+                "problem": problem.problem,
+                "fingerprint": problem.fingerprint,
+                "key": problem.key,
+                "path": None if problem.path is None else str(problem.path),
+            }
+            for problem in problems
+        ],
+        "repaired": args.repair,
+    }
+
+
+def _report_problems(args, store, checked: int, problems) -> int:
+    if args.json:
+        print(json.dumps(_problems_json(args, problems), indent=2))
         return 1 if problems else 0
     if not problems:
         print(f"no problems in {store.root} ({plural(checked, 'entry')} checked)")

@@ -53,21 +53,24 @@ def register(commands, common) -> None:
     import_.set_defaults(handler=command_import)
 
 
-def command_warm(args) -> int:
-    from numba_cache import warm
-    from numba_cache.explain import TargetError, resolve_target
-    from numba_cache.warm_target import is_pytest_selection
-
-    if args.jobs < 1:
-        raise CliError(f"-j must be at least 1, got {args.jobs}")
+def target_store(disabled_means: str) -> tuple[settings_module.Settings, Store]:
+    """The settings and store a command running targets writes to (warm, verify --recompile)."""
     current = settings_module.current()
     if current.disabled:
-        raise CliError("the cache is disabled (NBCACHE_DISABLE): warming would store nothing")
+        raise CliError(f"the cache is disabled (NBCACHE_DISABLE): {disabled_means}")
     store = Store(current)
     if store.readonly:
         why = "NBCACHE_READONLY is set" if current.readonly else "permission denied"
         raise CliError(f"cannot write to the store {store.root}: {why}")
-    for target in args.targets:
+    return current, store
+
+
+def check_targets(targets: list[str]) -> None:
+    """Raise :class:`CliError` for a target that names nothing to run."""
+    from numba_cache.explain import TargetError, resolve_target
+    from numba_cache.warm_target import is_pytest_selection
+
+    for target in targets:
         if is_pytest_selection(target):
             if not Path(target.split("::", 1)[0]).exists():
                 raise CliError(f"no such test file or directory: {target}")
@@ -76,6 +79,15 @@ def command_warm(args) -> int:
             resolve_target(target)
         except TargetError as error:
             raise CliError(str(error)) from None
+
+
+def command_warm(args) -> int:
+    from numba_cache import warm
+
+    if args.jobs < 1:
+        raise CliError(f"-j must be at least 1, got {args.jobs}")
+    current, store = target_store("warming would store nothing")
+    check_targets(args.targets)
 
     status = StatusLine()
     if not args.json:

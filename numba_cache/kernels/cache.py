@@ -116,8 +116,7 @@ class KernelCache(_Cache):
         if cres is not None:
             report.record(self._context, f"{self._key.kind}.hit")
             report.lookup(self._context, self._key, "hit")
-            rate = self._context.settings.verify_hits
-            if rate and collisions.sampled(rate):
+            if self._context.settings.verify_hits and collisions.sampled(self._context.settings):
                 self._verifying[sig] = entry
                 self._run_prepare()
                 return None  # numba compiles; save_overload compares

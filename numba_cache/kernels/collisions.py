@@ -6,7 +6,9 @@ kernels shared one) serves one program's code to another, silently. With
 compiled again and the digest of its LLVM IR compared with the digest stored
 with the served code; a mismatch removes the entry, warns naming the key looked
 up and the key the served code was compiled under, and counts ``collision``
-(``numba-cache stats``). Off, the hit path pays one attribute check.
+(``numba-cache stats``). ``NBCACHE_VERIFY_LIMIT`` caps the hits verified per
+process (``numba-cache verify --recompile N`` uses it). Off, the hit path pays
+one attribute check.
 
 numba mangles every function it compiles with a unique id (``B<n>v<digits>``)
 and an ABI tag (``B<n><base64>``) that differ from one process (or one
@@ -21,6 +23,7 @@ import hashlib
 import random
 import re
 import warnings
+from dataclasses import dataclass
 
 from numba_cache.keys import Key
 from numba_cache.kernels import report
@@ -58,8 +61,30 @@ def ir_blob_name(signature) -> str:
     return f"{_IR_PREFIX}{signature}"
 
 
-def sampled(rate: float) -> bool:
-    return rate >= 1.0 or random.random() < rate
+@dataclass(frozen=True)
+class Collision:
+    """A hit whose served code differs from what its key compiles to now."""
+
+    key: Key  # the key looked up
+    made_under: Key  # the key the served code was stored under (may be `key` itself)
+
+
+#: Hits sampled for verification in this process, and the collisions found.
+_sampled = 0
+found: list[Collision] = []
+
+
+def sampled(settings) -> bool:
+    """Whether to verify a hit, given `settings` with ``verify_hits`` on (not 0)."""
+    global _sampled
+    limit = settings.verify_hits_limit
+    if limit and _sampled >= limit:
+        return False
+    rate = settings.verify_hits
+    if rate >= 1.0 or random.random() < rate:
+        _sampled += 1
+        return True
+    return False
 
 
 def served_code_matches(context, key, served, signature, llvm_ir: str) -> bool:
@@ -86,5 +111,6 @@ def served_code_matches(context, key, served, signature, llvm_ir: str) -> bool:
         stacklevel=2,
     )
     report.record(context, "collision")
+    found.append(Collision(key, made_under))
     context.store.remove(context.fingerprint.digest, key.digest)
     return False
