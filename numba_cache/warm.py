@@ -96,17 +96,16 @@ def warm(targets: list[str], jobs: int, progress: Progress) -> dict[str, Tally]:
     return dict(zip(targets, tallies))
 
 
-def verify(targets: list[str], hits: int, progress: Progress) -> dict[str, Tally | None]:
+def verify(targets: list[str], hits: int, progress: Progress) -> list[tuple[str, Tally | None]]:
     """Run each target in turn in a child process verifying its hits, at most `hits`
-    in all; each target's tally (None: not run, every hit to verify was verified)."""
-    tallies: dict[str, Tally | None] = {}
+    in all; each target with its tally (None: not run, every hit to verify was verified)."""
+    tallies: list[tuple[str, Tally | None]] = []
     left = hits
     for target in targets:
-        if left <= 0:
-            tallies[target] = None
-            continue
-        tallies[target] = _warm_one(target, progress, verify=left)
-        left -= tallies[target].verified + tallies[target].unrecorded
+        tally = None if left <= 0 else _warm_one(target, progress, verify=left)
+        tallies.append((target, tally))
+        if tally is not None:
+            left -= tally.verified + tally.unrecorded
     return tallies
 
 

@@ -12,7 +12,8 @@ def private_store(tmp_path, monkeypatch):
     """Point numba_cache (and subprocesses) at a store of this test's own."""
     root = tmp_path / "store"
     monkeypatch.setenv("NBCACHE_DIR", str(root))
-    for variable in ("NBCACHE_DISABLE", "NBCACHE_READONLY", "NBCACHE_MAX_SIZE"):
+    for variable in ("NBCACHE_DISABLE", "NBCACHE_READONLY", "NBCACHE_MAX_SIZE",
+                     "NBCACHE_VERIFY_HITS", "NBCACHE_VERIFY_LIMIT"):
         monkeypatch.delenv(variable, raising=False)
     # A developer's shared cache must not take part in the tests (tests/test_remote.py sets its own).
     for variable in settings.ENVIRONMENT.values():

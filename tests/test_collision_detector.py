@@ -1,8 +1,13 @@
-"""The collision detector (``NBCACHE_VERIFY_HITS``) catches a collision planted on purpose."""
+"""The collision detector (``NBCACHE_VERIFY_HITS``, ``numba-cache verify --recompile``)
+catches a collision planted on purpose."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytensor
@@ -11,11 +16,21 @@ import pytest
 
 import numba_cache
 from numba_cache import settings
+from numba_cache.kernels import collisions
 from numba_cache.kernels.collisions import normalized_ir
 from numba_cache.kernels.context import current_context
 from numba_cache.store import StoreWarning
 
+from helpers import TESTS
+
 VALUES = np.array([0.5, 1.0, 2.0])
+#: A target for ``numba-cache verify --recompile``: compiles and calls exp(x) as
+#: :func:`compile_and_call` does.
+EXP_TARGET = (
+    "import numpy as np, pytensor, pytensor.tensor as pt\n"
+    'x = pt.vector("x")\n'
+    'pytensor.function([x], pt.exp(x), mode="NUMBA_CACHE")(np.array([0.5, 1.0, 2.0]))\n'
+)
 
 
 def compile_and_call(make_output):
@@ -35,10 +50,15 @@ def plant_collision():
     [exp_key] = graph_entries().values()
     compile_and_call(pt.log)
     [log_key] = [e for e in graph_entries().values() if e.key != exp_key.key]
-    context = current_context()
-    log_entry = context.store.read(context.fingerprint.digest, log_key.key)
-    context.store.save(dataclasses.replace(log_entry, key=exp_key.key))
+    store_record_under(exp_key.key, log_key.key)
     return exp_key.key, log_key.key
+
+
+def store_record_under(key: str, served_key: str) -> None:
+    """Store the record of entry `served_key` under `key`: the code of one key served for another."""
+    context = current_context()
+    served = context.store.read(context.fingerprint.digest, served_key)
+    context.store.save(dataclasses.replace(served, key=key))
 
 
 def test_a_planted_collision_is_served_without_the_detector():
@@ -71,6 +91,77 @@ def test_verified_hits_of_sound_entries_pass():
     np.testing.assert_allclose(compile_and_call(pt.exp), np.exp(VALUES))
     stats = numba_cache.session_stats()
     assert stats["verify.same"] >= 1 and stats["collision"] == 0, stats
+
+
+def test_the_limit_caps_the_hits_verified_per_process(monkeypatch):
+    compile_and_call(pt.exp)  # stores a graph and an op kernel: two hits next time
+    monkeypatch.setattr(collisions, "_sampled", 0)
+    settings.configure(verify_hits=1, verify_hits_limit=1)
+    numba_cache.reset_session_stats()
+    compile_and_call(pt.exp)
+    stats = numba_cache.session_stats()
+    assert stats["graph.hit"] + stats["op.hit"] >= 2, stats
+    assert stats["verify.same"] == 1, stats
+
+
+def numba_cache_cli(*args: str) -> subprocess.CompletedProcess:
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
+    return subprocess.run([sys.executable, "-m", "numba_cache", *args], env=environment,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_verify_recompile_finds_a_planted_collision_then_passes(tmp_path):
+    exp_key, log_key = plant_collision()
+    target = tmp_path / "exp.py"
+    target.write_text(EXP_TARGET)
+    result = numba_cache_cli("verify", "--recompile", "5", str(target), "--json")
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    assert report["problems"] == []  # the checksums are sound: only recompiling finds it
+    recompiled = report["recompile"]
+    assert [(c["key"], c["made_under"]) for c in recompiled["collisions"]] == [(exp_key, log_key)]
+    assert recompiled["removed"] == 1 and 1 <= recompiled["verified"] <= 5, recompiled
+    # The entry now holds exp's code: a second check finds the store sound.
+    again = numba_cache_cli("verify", "--recompile", "5", str(target))
+    assert again.returncode == 0, again.stdout + again.stderr
+    summary = again.stdout.splitlines()[-1]
+    assert summary.endswith("hits verified, 0 collisions; 0 entries removed"), again.stdout
+    assert int(summary.split()[0]) > 0
+    # The text output names both keys.
+    store_record_under(exp_key, log_key)
+    text = numba_cache_cli("verify", "--recompile", "5", str(target))
+    assert text.returncode == 1
+    [line] = [line for line in text.stdout.splitlines() if line.startswith("COLLISION")]
+    assert exp_key[:12] in line and log_key[:12] in line
+
+
+def test_verify_recompile_verifies_at_most_n_hits_in_all(tmp_path):
+    compile_and_call(pt.exp)
+    target = tmp_path / "exp.py"
+    target.write_text(EXP_TARGET)
+    result = numba_cache_cli("verify", "--recompile", "1", str(target), str(target), "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    recompiled = json.loads(result.stdout)["recompile"]
+    assert recompiled["verified"] == 1 and recompiled["collisions"] == []
+    assert [t["run"] for t in recompiled["targets"]] == [True, False]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        (["--recompile", "0", "exp.py"], "N must be a positive whole number, got '0'"),
+        (["--recompile", "two", "exp.py"], "N must be a positive whole number, got 'two'"),
+        (["--recompile", "3"], "--recompile needs at least one TARGET"),
+        (["--recompile", "3", "missing.py"], "no such file: missing.py"),
+        (["--recompile", "3", "no_such_module:run"], "no module named 'no_such_module'"),
+        (["exp.py"], "TARGETs are run only with --recompile N"),
+    ],
+)
+def test_verify_recompile_bad_input_is_one_clear_line(arguments, fragment):
+    result = numba_cache_cli("verify", *arguments)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert fragment in result.stderr, result.stderr
 
 
 def test_normalized_ir_ignores_numba_unique_ids_only():

@@ -188,7 +188,7 @@ def _recompile(args, store) -> dict:
         for failure in total.failures:
             where = failure.target if failure.graph is None else f"{failure.target}: {failure.graph}"
             print(f"FAILED {where}: {failure.error}")
-        skipped = [target for target, tally in tallies.items() if tally is None]
+        skipped = [target for target, tally in tallies if tally is None]
         if skipped:
             print(f"not run, {plural(args.recompile, 'hit')} verified already: {', '.join(skipped)}")
         print(f"{_verified_text(total)}; {plural(len(total.collisions), 'entry')} removed"
@@ -209,7 +209,7 @@ def _recompile(args, store) -> dict:
             {"target": target, "run": tally is not None,
              "verified": 0 if tally is None else tally.verified,
              "collisions": 0 if tally is None else len(tally.collisions)}
-            for target, tally in tallies.items()
+            for target, tally in tallies
         ],
     }
 
