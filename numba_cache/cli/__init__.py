@@ -10,8 +10,8 @@ command but ``demo`` takes ``--json`` (field names in the README) and
 ``-v``/``--verbose`` (``-vv``: debug, every lookup with its key components).
 
 Exit status: 0 done; 1 done, with something to report (``verify`` found
-problems, ``clear`` deleted less than asked or was declined, the target of
-``explain`` failed); 2 not done: bad input, an unknown or ambiguous key, no
+problems or a key collision, ``clear`` deleted less than asked or was declined, the
+target of ``explain`` or ``verify --recompile`` failed); 2 not done: bad input, an unknown or ambiguous key, no
 store, no permission. Then stderr holds one line, never a traceback.
 """
 
