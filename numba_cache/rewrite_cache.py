@@ -27,19 +27,37 @@ import io
 import pickle
 import time
 import warnings
+from dataclasses import dataclass
 
 from pytensor.compile.maker import FunctionMaker
 
-from numba_cache.keys.canonical import UnkeyableValue
+from numba_cache.codegen.sources import graph_source
+from numba_cache.keys.canonical import UnkeyableValue, digest
 from numba_cache.keys.constants import hidden_constants
 from numba_cache.keys.data_reads import DataReads, answers_for, derive, watch
+from numba_cache.keys.key import Key
 from numba_cache.keys.kernels import graph_kernel_key
+from numba_cache.keys.order import execution_order
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
 from numba_cache.kernels import report
 from numba_cache.store import Entry, StoreWarning
 
-#: Attribute of a FunctionGraph carrying its whole-graph key, set on a rewrite hit.
+#: Attribute of a FunctionGraph carrying its :class:`KnownGraphKernel`, set by the rewrite cache.
 GRAPH_KEY_ATTRIBUTE = "numba_cache_graph_key"
+
+
+@dataclass(frozen=True)
+class KnownGraphKernel:
+    """A graph's whole-graph key and kernel node order, known before the linker runs."""
+
+    key: Key
+    order: list
+
+
+def kernel_source_digest(fgraph, graph_key, order) -> str:
+    """The digest of the graph kernel source `fgraph` generates: what a restore must reproduce."""
+    hidden = hidden_constants(fgraph)
+    return digest(graph_source(fgraph, f"graph_{graph_key.short}", hidden, order).source)
 
 
 class CachedRewriteFunctionMaker(FunctionMaker):
@@ -138,14 +156,35 @@ class RewriteLookup:
         return slots is not None and self._restore_graph(self.data_key, entry, slots)
 
     def _restore_graph(self, key, entry, slots) -> bool:
+        """Swap the stored graph in, if it compiles to the source the rewritten graph did.
+
+        The check makes a restored graph that differs from the one rewriting
+        produced in anything the kernel depends on (node order, wiring, which
+        inputs are overwritten in place) a miss instead of a wrong kernel stored
+        under the original's key.
+        """
+        given = list(self.fgraph.outputs)
         try:
             outputs = _unpickle_outputs(entry.blobs["graph"], self.fgraph.inputs, slots)
             graph_key = pickle.loads(entry.blobs["graph_key"])
+            expected_source = entry.blobs["kernel_source"].decode()
             _replace_outputs(self.fgraph, outputs)
+            order = execution_order(self.fgraph)
+            restored_source = kernel_source_digest(self.fgraph, graph_key, order)
         except Exception as exc:  # an unusable entry is a miss, never a failed compile
+            self._put_back(given)
             return self._discard(key, exc)
-        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, graph_key)
+        if restored_source != expected_source:
+            self._put_back(given)
+            return self._discard(key, ValueError(
+                "the restored graph generates other kernel source than the rewritten graph"))
+        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, KnownGraphKernel(graph_key, order))
         return True
+
+    def _put_back(self, outputs) -> None:
+        """Give the function graph its outputs as given, to be rewritten after a failed restore."""
+        if list(self.fgraph.outputs) != outputs:
+            _replace_outputs(self.fgraph, outputs)
 
     def _load(self, key):
         return self.context.store.load(self.context.fingerprint.digest, key.digest)
@@ -197,9 +236,11 @@ class RewriteLookup:
         hidden = hidden_constants(self.fgraph) if recipe else []
         slotted = [(constant, origin) for constant, origin in zip(hidden, recipe) if origin]
         try:
-            graph_key = graph_kernel_key(self.fgraph, self.context.fingerprint)
+            order = execution_order(self.fgraph)
+            graph_key = graph_kernel_key(self.fgraph, self.context.fingerprint, order)
             blobs = {"graph": _pickle_outputs(self.fgraph, [c for c, _ in slotted]),
-                     "graph_key": pickle.dumps(graph_key)}
+                     "graph_key": pickle.dumps(graph_key),
+                     "kernel_source": kernel_source_digest(self.fgraph, graph_key, order).encode()}
             if reads is not None:
                 blobs["data"] = pickle.dumps({
                     "questions": reads.questions(),
@@ -207,10 +248,10 @@ class RewriteLookup:
                     "folds": reads.folds,
                     "slots": [_describe_slot(constant, origin) for constant, origin in slotted],
                 })
-        except (UnkeyableValue, pickle.PicklingError, TypeError, AttributeError) as exc:
+        except Exception as exc:  # not storing a rewrite never fails the compile
             report.logger.debug("rewritten graph not stored: %r", exc)
             return
-        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, graph_key)
+        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, KnownGraphKernel(graph_key, order))
         self.context.store.save(Entry(
             key=key.digest,
             fingerprint=self.context.fingerprint.digest,

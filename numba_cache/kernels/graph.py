@@ -16,6 +16,7 @@ from numba_cache.keys.canonical import UnkeyableValue
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
 from numba_cache.keys.kernels import graph_kernel_key
+from numba_cache.keys.order import execution_order
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.conversion import op_kernel, source_label
 from numba_cache.kernels.dispatcher import cached_dispatcher
@@ -30,22 +31,24 @@ class GraphKernel:
     hidden_values: list
 
 
-def graph_kernel(fgraph, context, storage_map: dict | None = None, key=None) -> GraphKernel:
+def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -> GraphKernel:
     """The kernel evaluating `fgraph`, loaded from the store when possible.
 
-    `key` is the graph's key when already known (a rewritten graph from the cache).
+    `known` is the graph's :class:`numba_cache.rewrite_cache.KnownGraphKernel`
+    when the rewrite cache already computed its key and node order.
     """
     from pytensor import config
 
     verdict = None
+    key, order = (known.key, known.order) if known is not None else (None, execution_order(fgraph))
     if key is None:
         try:
-            key = graph_kernel_key(fgraph, context.fingerprint)
+            key = graph_kernel_key(fgraph, context.fingerprint, order)
         except UnkeyableValue as exc:
             key, verdict = unkeyed("graph", graph_summary(fgraph), exc)
     name = f"graph_{key.short}"
     hidden = hidden_constants(fgraph)
-    generated = graph_source(fgraph, name, hidden)
+    generated = graph_source(fgraph, name, hidden, order)
     function = compile_function(generated.source, name, source_label(context, key, verdict))
     storage_map = {} if storage_map is None else storage_map
 

@@ -43,7 +43,9 @@ REWRITE_FLAGS = (
 #: numba's inner-graph rewrite (version 1 entries hold C/VM-baked Scan inner graphs).
 #: 3: graphs with data constants are keyed by the questions rewriting asked of
 #: the data (:mod:`.data_reads`); their stored graphs refer to data by slot.
-REWRITE_CACHE_VERSION = 3
+#: 4: entries hold the digest of the kernel source of the rewritten graph, which
+#: a restored graph must reproduce (version 3 restores lacked the destroy orderings).
+REWRITE_CACHE_VERSION = 4
 
 
 def describe_query(query) -> list:
