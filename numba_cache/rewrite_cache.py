@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pytensor.compile.maker import FunctionMaker
 
 from numba_cache.codegen.sources import graph_source
-from numba_cache.keys.canonical import UnkeyableValue, digest
+from numba_cache.keys.canonical import digest
 from numba_cache.keys.constants import hidden_constants
 from numba_cache.keys.data_reads import DataReads, answers_for, derive, watch
 from numba_cache.keys.key import Key
@@ -40,7 +40,11 @@ from numba_cache.keys.kernels import graph_kernel_key
 from numba_cache.keys.order import execution_order
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
 from numba_cache.kernels import report
+from numba_cache.kernels.uncacheable import unkeyed
 from numba_cache.store import Entry, StoreWarning
+
+#: The reason counted (``uncacheable:<reason>``) for a rewrite whose key could not be made.
+UNKEYABLE_REWRITE = "unkeyable-rewrite"
 
 #: Attribute of a FunctionGraph carrying its :class:`KnownGraphKernel`, set by the rewrite cache.
 GRAPH_KEY_ATTRIBUTE = "numba_cache_graph_key"
@@ -71,8 +75,8 @@ class CachedRewriteFunctionMaker(FunctionMaker):
         if context.enabled:
             try:
                 lookup = RewriteLookup(context, fgraph, inputs, outputs + additional_outputs, mode)
-            except UnkeyableValue as exc:
-                report.logger.debug("graph not keyable before rewriting: %s", exc)
+            except Exception as exc:  # describing a graph, mode or query never fails a compile
+                report_unkeyable(context, fgraph, exc)
         if lookup is not None and lookup.restore():
             return
         reads = lookup.before_rewrite() if lookup is not None else None
@@ -80,6 +84,14 @@ class CachedRewriteFunctionMaker(FunctionMaker):
             FunctionMaker.prepare_fgraph(inputs, outputs, additional_outputs, fgraph, mode, profile)
         if lookup is not None:
             lookup.save(reads)
+
+
+def report_unkeyable(context, fgraph, error: Exception) -> None:
+    """A graph, mode or query that cannot be keyed: rewritten as usual, counted and explained."""
+    key, verdict = unkeyed("rewrite", f"rewrite of a graph of {len(fgraph.apply_nodes)} nodes", error)
+    report.record(context, f"uncacheable:{UNKEYABLE_REWRITE}")
+    report.lookup(context, key, f"uncacheable ({UNKEYABLE_REWRITE}: {verdict.detail})")
+    report.logger.debug("rewrite not cached, its key could not be made: %r", error)
 
 
 def rewrites_digest(context, mode) -> str:
@@ -112,6 +124,7 @@ class RewriteLookup:
         self.originals = hidden_constants(fgraph)
         self.data_key = self._key_of(True) if self.originals else None
         self._content_key = None
+        self._content_unkeyable = False
         self._data_entry_found = False
 
     @property
@@ -121,8 +134,13 @@ class RewriteLookup:
 
     @property
     def content_key(self):
-        if self._content_key is None:
-            self._content_key = self._key_of(False)
+        """The key by content; None (reported once) when the graph cannot be keyed so."""
+        if self._content_key is None and not self._content_unkeyable:
+            try:
+                self._content_key = self._key_of(False)
+            except Exception as exc:  # a miss with a reason, never a failed compile
+                self._content_unkeyable = True
+                report_unkeyable(self.context, self.fgraph, exc)
         return self._content_key
 
     def restore(self) -> bool:
@@ -133,6 +151,8 @@ class RewriteLookup:
                 return self._missed(self.data_key)
             if entry.cacheable and self._restore_for_data(entry):
                 return self._hit(self.data_key)
+        if self.content_key is None:
+            return False
         entry = self._load(self.content_key)
         if entry is not None and self._restore_graph(self.content_key, entry, []):
             return self._hit(self.content_key)
@@ -230,7 +250,8 @@ class RewriteLookup:
                 fingerprint=self.context.fingerprint.digest, key=self.data_key.digest,
                 kind="rewrite", summary=self.data_key.summary,
                 reason=f"data-bound: {reads.bound_by[0]}"))
-        self._save(self.content_key, [], None)
+        if self.content_key is not None:
+            self._save(self.content_key, [], None)
 
     def _save(self, key, recipe, reads) -> None:
         hidden = hidden_constants(self.fgraph) if recipe else []

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import graph_source
-from numba_cache.keys.canonical import UnkeyableValue
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
 from numba_cache.keys.kernels import graph_kernel_key
@@ -44,7 +43,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
     if key is None:
         try:
             key = graph_kernel_key(fgraph, context.fingerprint, order)
-        except UnkeyableValue as exc:
+        except Exception as exc:  # keying never fails a compile: the kernel is not persisted
             key, verdict = unkeyed("graph", graph_summary(fgraph), exc)
     name = f"graph_{key.short}"
     hidden = hidden_constants(fgraph)
