@@ -111,7 +111,14 @@ def partial_import(root, missing_kinds) -> int:
     return 1
 
 
-@pytest.mark.parametrize("state", list(STATES))
+#: States that recompile every op kernel (over a minute each on two cores): slow.
+SLOW_STATES = {"graph and op missing", "graph missing, op damaged", "pruned to a tenth"}
+
+
+@pytest.mark.parametrize("state", [
+    pytest.param(state, marks=[pytest.mark.slow] if state in SLOW_STATES else [])
+    for state in STATES
+])
 def test_every_store_state_gives_numbas_results(state, compiled, reference, tmp_path):
     root = store_states.copy_store(compiled["root"], tmp_path / "store")
     assert STATES[state](root) > 0, "the state changed nothing"
