@@ -42,8 +42,8 @@ class NumbaCacheLinker(NumbaLinker):
         from numba_cache.kernels.graph import graph_kernel
         from numba_cache.rewrite_cache import GRAPH_KEY_ATTRIBUTE
 
-        key = getattr(fgraph, GRAPH_KEY_ATTRIBUTE, None)
-        kernel = graph_kernel(fgraph, current_context(), storage_map, key=key)
+        known = getattr(fgraph, GRAPH_KEY_ATTRIBUTE, None)
+        kernel = graph_kernel(fgraph, current_context(), storage_map, known=known)
         self._hidden_values = kernel.hidden_values
         for observer in graph_kernel_observers:
             observer(fgraph, kernel, storage_map or {})

@@ -27,19 +27,41 @@ import io
 import pickle
 import time
 import warnings
+from dataclasses import dataclass
 
 from pytensor.compile.maker import FunctionMaker
 
-from numba_cache.keys.canonical import UnkeyableValue
+from numba_cache.codegen.sources import graph_source
+from numba_cache.keys.canonical import digest
 from numba_cache.keys.constants import hidden_constants
 from numba_cache.keys.data_reads import DataReads, answers_for, derive, watch
+from numba_cache.keys.key import Key
 from numba_cache.keys.kernels import graph_kernel_key
+from numba_cache.keys.order import execution_order
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
 from numba_cache.kernels import report
+from numba_cache.kernels.uncacheable import unkeyed
 from numba_cache.store import Entry, StoreWarning
 
-#: Attribute of a FunctionGraph carrying its whole-graph key, set on a rewrite hit.
+#: The reason counted (``uncacheable:<reason>``) for a rewrite whose key could not be made.
+UNKEYABLE_REWRITE = "unkeyable-rewrite"
+
+#: Attribute of a FunctionGraph carrying its :class:`KnownGraphKernel`, set by the rewrite cache.
 GRAPH_KEY_ATTRIBUTE = "numba_cache_graph_key"
+
+
+@dataclass(frozen=True)
+class KnownGraphKernel:
+    """A graph's whole-graph key and kernel node order, known before the linker runs."""
+
+    key: Key
+    order: list
+
+
+def kernel_source_digest(fgraph, graph_key, order) -> str:
+    """The digest of the graph kernel source `fgraph` generates: what a restore must reproduce."""
+    hidden = hidden_constants(fgraph)
+    return digest(graph_source(fgraph, f"graph_{graph_key.short}", hidden, order).source)
 
 
 class CachedRewriteFunctionMaker(FunctionMaker):
@@ -53,8 +75,8 @@ class CachedRewriteFunctionMaker(FunctionMaker):
         if context.enabled:
             try:
                 lookup = RewriteLookup(context, fgraph, inputs, outputs + additional_outputs, mode)
-            except UnkeyableValue as exc:
-                report.logger.debug("graph not keyable before rewriting: %s", exc)
+            except Exception as exc:  # describing a graph, mode or query never fails a compile
+                report_unkeyable(context, fgraph, exc)
         if lookup is not None and lookup.restore():
             return
         reads = lookup.before_rewrite() if lookup is not None else None
@@ -62,6 +84,14 @@ class CachedRewriteFunctionMaker(FunctionMaker):
             FunctionMaker.prepare_fgraph(inputs, outputs, additional_outputs, fgraph, mode, profile)
         if lookup is not None:
             lookup.save(reads)
+
+
+def report_unkeyable(context, fgraph, error: Exception) -> None:
+    """A graph, mode or query that cannot be keyed: rewritten as usual, counted and explained."""
+    key, verdict = unkeyed("rewrite", f"rewrite of a graph of {len(fgraph.apply_nodes)} nodes", error)
+    report.record(context, f"uncacheable:{UNKEYABLE_REWRITE}")
+    report.lookup(context, key, f"uncacheable ({UNKEYABLE_REWRITE}: {verdict.detail})")
+    report.logger.debug("rewrite not cached, its key could not be made: %r", error)
 
 
 def rewrites_digest(context, mode) -> str:
@@ -94,6 +124,7 @@ class RewriteLookup:
         self.originals = hidden_constants(fgraph)
         self.data_key = self._key_of(True) if self.originals else None
         self._content_key = None
+        self._content_unkeyable = False
         self._data_entry_found = False
 
     @property
@@ -103,8 +134,13 @@ class RewriteLookup:
 
     @property
     def content_key(self):
-        if self._content_key is None:
-            self._content_key = self._key_of(False)
+        """The key by content; None (reported once) when the graph cannot be keyed so."""
+        if self._content_key is None and not self._content_unkeyable:
+            try:
+                self._content_key = self._key_of(False)
+            except Exception as exc:  # a miss with a reason, never a failed compile
+                self._content_unkeyable = True
+                report_unkeyable(self.context, self.fgraph, exc)
         return self._content_key
 
     def restore(self) -> bool:
@@ -115,6 +151,8 @@ class RewriteLookup:
                 return self._missed(self.data_key)
             if entry.cacheable and self._restore_for_data(entry):
                 return self._hit(self.data_key)
+        if self.content_key is None:
+            return False
         entry = self._load(self.content_key)
         if entry is not None and self._restore_graph(self.content_key, entry, []):
             return self._hit(self.content_key)
@@ -138,14 +176,35 @@ class RewriteLookup:
         return slots is not None and self._restore_graph(self.data_key, entry, slots)
 
     def _restore_graph(self, key, entry, slots) -> bool:
+        """Swap the stored graph in, if it compiles to the source the rewritten graph did.
+
+        The check makes a restored graph that differs from the one rewriting
+        produced in anything the kernel depends on (node order, wiring, which
+        inputs are overwritten in place) a miss instead of a wrong kernel stored
+        under the original's key.
+        """
+        given = list(self.fgraph.outputs)
         try:
             outputs = _unpickle_outputs(entry.blobs["graph"], self.fgraph.inputs, slots)
             graph_key = pickle.loads(entry.blobs["graph_key"])
+            expected_source = entry.blobs["kernel_source"].decode()
             _replace_outputs(self.fgraph, outputs)
+            order = execution_order(self.fgraph)
+            restored_source = kernel_source_digest(self.fgraph, graph_key, order)
         except Exception as exc:  # an unusable entry is a miss, never a failed compile
+            self._put_back(given)
             return self._discard(key, exc)
-        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, graph_key)
+        if restored_source != expected_source:
+            self._put_back(given)
+            return self._discard(key, ValueError(
+                "the restored graph generates other kernel source than the rewritten graph"))
+        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, KnownGraphKernel(graph_key, order))
         return True
+
+    def _put_back(self, outputs) -> None:
+        """Give the function graph its outputs as given, to be rewritten after a failed restore."""
+        if list(self.fgraph.outputs) != outputs:
+            _replace_outputs(self.fgraph, outputs)
 
     def _load(self, key):
         return self.context.store.load(self.context.fingerprint.digest, key.digest)
@@ -191,15 +250,18 @@ class RewriteLookup:
                 fingerprint=self.context.fingerprint.digest, key=self.data_key.digest,
                 kind="rewrite", summary=self.data_key.summary,
                 reason=f"data-bound: {reads.bound_by[0]}"))
-        self._save(self.content_key, [], None)
+        if self.content_key is not None:
+            self._save(self.content_key, [], None)
 
     def _save(self, key, recipe, reads) -> None:
         hidden = hidden_constants(self.fgraph) if recipe else []
         slotted = [(constant, origin) for constant, origin in zip(hidden, recipe) if origin]
         try:
-            graph_key = graph_kernel_key(self.fgraph, self.context.fingerprint)
+            order = execution_order(self.fgraph)
+            graph_key = graph_kernel_key(self.fgraph, self.context.fingerprint, order)
             blobs = {"graph": _pickle_outputs(self.fgraph, [c for c, _ in slotted]),
-                     "graph_key": pickle.dumps(graph_key)}
+                     "graph_key": pickle.dumps(graph_key),
+                     "kernel_source": kernel_source_digest(self.fgraph, graph_key, order).encode()}
             if reads is not None:
                 blobs["data"] = pickle.dumps({
                     "questions": reads.questions(),
@@ -207,10 +269,10 @@ class RewriteLookup:
                     "folds": reads.folds,
                     "slots": [_describe_slot(constant, origin) for constant, origin in slotted],
                 })
-        except (UnkeyableValue, pickle.PicklingError, TypeError, AttributeError) as exc:
+        except Exception as exc:  # not storing a rewrite never fails the compile
             report.logger.debug("rewritten graph not stored: %r", exc)
             return
-        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, graph_key)
+        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, KnownGraphKernel(graph_key, order))
         self.context.store.save(Entry(
             key=key.digest,
             fingerprint=self.context.fingerprint.digest,

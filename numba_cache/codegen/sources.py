@@ -14,7 +14,10 @@ from textwrap import indent
 from pytensor.graph.basic import Constant
 
 #: Bump when the shape of generated code changes; it is part of every key.
-CODEGEN_VERSION = 2
+#: 3: nodes in :func:`numba_cache.keys.order.execution_order`, not ``fgraph.toposort()``
+#: (version 2 kernels compiled from a graph restored by the rewrite cache could
+#: run an inplace op before a reader of its input).
+CODEGEN_VERSION = 3
 
 _IDENTIFIER_UNSAFE = re.compile(r"\W+")
 
@@ -47,9 +50,11 @@ class GraphSource:
     hidden: list = field(default_factory=list)
 
 
-def graph_source(fgraph, function_name: str, hidden: list = ()) -> GraphSource:
-    """Generate the Python function that evaluates `fgraph` node by node.
+def graph_source(fgraph, function_name: str, hidden: list, order: list) -> GraphSource:
+    """Generate the Python function that evaluates `fgraph`'s nodes in `order`.
 
+    `order` is :func:`numba_cache.keys.order.execution_order`: it must honour the
+    graph's destroy orderings (an inplace op after every reader of its input).
     The `hidden` constants become trailing parameters, in that order.
     """
     names: dict = {}
@@ -69,7 +74,7 @@ def graph_source(fgraph, function_name: str, hidden: list = ()) -> GraphSource:
         return names[variable]
 
     lines = []
-    for index, node in enumerate(fgraph.toposort()):
+    for index, node in enumerate(order):
         arguments = ", ".join(name_of(variable) for variable in node.inputs)
         outputs = []
         for position, output in enumerate(node.outputs):

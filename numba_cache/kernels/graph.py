@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import graph_source
-from numba_cache.keys.canonical import UnkeyableValue
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
 from numba_cache.keys.kernels import graph_kernel_key
+from numba_cache.keys.order import execution_order
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.conversion import op_kernel, source_label
 from numba_cache.kernels.dispatcher import cached_dispatcher
@@ -31,23 +31,25 @@ class GraphKernel:
     hidden_values: list
 
 
-def graph_kernel(fgraph, context, storage_map: dict | None = None, key=None) -> GraphKernel:
+def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -> GraphKernel:
     """The kernel evaluating `fgraph`, loaded from the store when possible.
 
-    `key` is the graph's key when already known (a rewritten graph from the cache).
+    `known` is the graph's :class:`numba_cache.rewrite_cache.KnownGraphKernel`
+    when the rewrite cache already computed its key and node order.
     """
     from pytensor import config
 
     verdict = None
+    key, order = (known.key, known.order) if known is not None else (None, execution_order(fgraph))
     if key is None:
         try:
-            key = graph_kernel_key(fgraph, context.fingerprint)
-        except UnkeyableValue as exc:
+            key = graph_kernel_key(fgraph, context.fingerprint, order)
+        except Exception as exc:  # keying never fails a compile: the kernel is not persisted
             key, verdict = unkeyed("graph", graph_summary(fgraph), exc)
     _register_argument_types(fgraph)
     name = f"graph_{key.short}"
     hidden = hidden_constants(fgraph)
-    generated = graph_source(fgraph, name, hidden)
+    generated = graph_source(fgraph, name, hidden, order)
     function = compile_function(generated.source, name, source_label(context, key, verdict))
     storage_map = {} if storage_map is None else storage_map
 

@@ -36,11 +36,13 @@ def constant_digest(constant: Constant) -> str:
     return digest([describe_type(constant.type), canonical(constant.data)])
 
 
-def describe_graph(fgraph, hide_constants: bool = False) -> GraphDescription:
+def describe_graph(fgraph, hide_constants: bool = False, order=None) -> GraphDescription:
     """Describe `fgraph` by content (see the module docstring).
 
     With `hide_constants`, constants passed to kernels as arguments are described
-    by type and shape, not content (see :mod:`.constants`).
+    by type and shape, not content (see :mod:`.constants`). `order` is the node
+    order of the per-node details (a topological order; ``fgraph.toposort()``
+    by default): the digest does not depend on it.
     """
     references: dict = {}
     for position, variable in enumerate(fgraph.inputs):
@@ -58,7 +60,7 @@ def describe_graph(fgraph, hide_constants: bool = False) -> GraphDescription:
 
     op_digests: dict = {}
     nodes = []
-    for node in fgraph.toposort():
+    for node in fgraph.toposort() if order is None else order:
         op = node.op
         if op not in op_digests:
             op_digests[op] = digest(describe_op(op))

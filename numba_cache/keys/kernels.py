@@ -20,11 +20,18 @@ from numba_cache.codegen.sources import CODEGEN_VERSION
 from numba_cache.keys.canonical import digest, qualified_name
 from numba_cache.keys.graph import describe_graph, graph_summary
 from numba_cache.keys.key import Key
+from numba_cache.keys.order import execution_order
 from numba_cache.keys.ops import describe_op, describe_type, kernel_level_types
 
 
-def graph_kernel_key(fgraph, fingerprint) -> Key:
-    description = describe_graph(fgraph, hide_constants=True)
+def graph_kernel_key(fgraph, fingerprint, order=None) -> Key:
+    """The whole-graph kernel key; its node list follows `order`, the kernel's node order.
+
+    `order` defaults to :func:`.order.execution_order`, the order the generated
+    source evaluates nodes in, so a key names one source.
+    """
+    description = describe_graph(fgraph, hide_constants=True,
+                                 order=execution_order(fgraph) if order is None else order)
     return Key.from_components(
         "graph",
         graph_summary(fgraph),

@@ -14,6 +14,7 @@ variable tags; ``NBCACHE_DISABLE`` or a plain ``NUMBA`` mode avoid the shortcut.
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from collections.abc import Callable
 
@@ -43,24 +44,47 @@ REWRITE_FLAGS = (
 #: numba's inner-graph rewrite (version 1 entries hold C/VM-baked Scan inner graphs).
 #: 3: graphs with data constants are keyed by the questions rewriting asked of
 #: the data (:mod:`.data_reads`); their stored graphs refer to data by slot.
-REWRITE_CACHE_VERSION = 3
+#: 4: entries hold the digest of the kernel source of the rewritten graph, which
+#: a restored graph must reproduce (version 3 restores lacked the destroy orderings).
+REWRITE_CACHE_VERSION = 4
 
 
-def describe_query(query) -> list:
-    """A rewrite query (include/exclude/require tags...) or, failing that, the rewriter."""
+def describe_query(query, database=None) -> list:
+    """A rewrite query (include/exclude/require tags...) or, failing that, the rewriter.
+
+    ``Mode.optimizer`` wraps the rewriter a mode's query gives in an
+    ``_ActiveModeGraphRewriter``; a mode built with another mode's ``optimizer``
+    (as OpFromGraph inner modes and PyTensor's test helpers are) has that wrapper
+    as its rewriter. It cannot be pickled, so it is described by the query it
+    wraps when that query draws on `database` (PyTensor's registry by default),
+    whose digest the key holds.
+    Raises ``UnkeyableValue`` for a rewriter that cannot be described by content.
+    """
+    from pytensor.compile.mode import optdb
     from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 
+    database = optdb if database is None else database
+    wrapped_mode = getattr(query, "_mode", None)
+    if (type(query).__name__ == "_ActiveModeGraphRewriter"
+            and getattr(wrapped_mode, "optdb", None) is database):
+        return ["active mode", describe_query(wrapped_mode._optimizer, database)]
     if not isinstance(query, RewriteDatabaseQuery):
         return canonical(query)
     return [
         "query",
-        sorted(query.include),
-        sorted(query.require),
-        sorted(query.exclude),
+        _tags(query.include),
+        _tags(query.require),
+        _tags(query.exclude),
         canonical(dict(query.subquery)),
         canonical(query.position_cutoff),
         [canonical(rewrite) for rewrite in query.extra_rewrites],
     ]
+
+
+def _tags(tags) -> list:
+    """Query tags in a canonical order. Not plain ``sorted``: PyTensor's own numba tests
+    query ``include=[None]``, and None does not compare with a string."""
+    return sorted((canonical(tag) for tag in tags), key=lambda tag: json.dumps(tag))
 
 
 #: Modules that register more rewrites when PyTensor's numba dispatch is imported.
@@ -134,7 +158,7 @@ def rewrite_key(fgraph, inputs, outputs, mode, fingerprint, rewrites_digest: str
             "data": data,
             "inputs": [[bool(spec.mutable), bool(spec.borrow)] for spec in inputs],
             "outputs": [bool(spec.borrow) for spec in outputs],
-            "query": describe_query(mode._optimizer),
+            "query": describe_query(mode._optimizer, mode.optdb),
             "rewrites": rewrites_digest,
             "flags": {flag: str(getattr(config, flag)) for flag in REWRITE_FLAGS},
         },
