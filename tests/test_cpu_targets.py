@@ -90,13 +90,13 @@ def test_radon_cold_and_warm_are_identical(target, filled, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", ["host", OTHER_ZEN])
-def test_every_model_cold_and_warm_are_identical(target, tmp_path):
+def test_every_model_cold_and_warm_are_identical_under_a_zen_target(tmp_path):
+    """The Zen target that used to differ; under the host, radon is checked above."""
     from numba_cache import models
 
     names = [name for name in dir(models) if name.endswith("_model")]
     assert len(names) >= 4, names
-    assert_cold_equals_warm(names, TARGETS[target] | builtin_caches(tmp_path))
+    assert_cold_equals_warm(names, TARGETS[OTHER_ZEN] | builtin_caches(tmp_path))
 
 
 # Fingerprint ----------------------------------------------------------------
