@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from numba_cache import settings
@@ -24,6 +26,8 @@ def private_store(tmp_path, monkeypatch):
 
 
 def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true",
+                     help="also run the tests marked slow (CI, with CI set, always does)")
     group = parser.getgroup("numba_cache stress")
     group.addoption("--stress-processes", type=int, default=4,
                     help="worker processes of the stress test (default 4)")
@@ -35,3 +39,26 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "stress: many processes and injected faults against one store; run by default"
     )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Keep the default run short: tests marked slow run in CI, with --run-slow, or with -m."""
+    if config.getoption("--run-slow") or os.environ.get("CI") or config.option.markexpr:
+        return
+    slow = [item for item in items if "slow" in item.keywords]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if "slow" not in item.keywords]
+    config.stash[_SLOW_NOT_RUN] = len(slow)
+
+
+_SLOW_NOT_RUN = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    not_run = config.stash.get(_SLOW_NOT_RUN, 0)
+    if not_run:
+        terminalreporter.write_line(
+            f"{not_run} tests marked slow were not run: CI runs them (CI set); "
+            "pass --run-slow to run them here."
+        )
