@@ -10,11 +10,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.report import FIGURE, TARGETS
 
 RUN = Path(__file__).parents[1] / "benchmarks" / "run.py"
 
 
+@pytest.mark.slow
 def test_smoke_run_writes_results_plot_and_samples(tmp_path):
     output = tmp_path / "out" / "RESULTS.md"
     process = subprocess.run(

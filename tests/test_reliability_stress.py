@@ -117,6 +117,7 @@ class FaultInjector:
 
 
 @pytest.mark.stress
+@pytest.mark.slow
 def test_many_processes_with_faults_injected_get_every_result_right(
     request, private_store, tmp_path
 ):

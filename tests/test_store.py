@@ -187,7 +187,12 @@ def test_keys_and_fingerprints_that_are_not_sha256_hex_are_refused(tmp_path, bad
 
 
 def test_disabled_store_neither_serves_nor_writes(tmp_path):
-    save(open_store(tmp_path / "cache"), "a")
+    writer = open_store(tmp_path / "cache")
+    save(writer, "a")
+    # Closing the writer's SQLite connection checkpoints its WAL into the index file:
+    # done now, not whenever the garbage collector gets to it during the test.
+    del writer
+    gc.collect()
     before = snapshot(tmp_path / "cache")
     disabled = open_store(tmp_path / "cache", disabled=True)
     assert disabled.load(FINGERPRINT, digest("a")) is None
