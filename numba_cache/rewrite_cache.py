@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from pytensor.compile.maker import FunctionMaker
 
-from numba_cache.codegen.sources import graph_source
+from numba_cache.codegen.sources import GraphSource, graph_kernel_name, graph_source
 from numba_cache.keys.canonical import digest
 from numba_cache.keys.constants import hidden_constants
 from numba_cache.keys.data_reads import DataReads, answers_for, derive, watch
@@ -52,16 +52,21 @@ GRAPH_KEY_ATTRIBUTE = "numba_cache_graph_key"
 
 @dataclass(frozen=True)
 class KnownGraphKernel:
-    """A graph's whole-graph key and kernel node order, known before the linker runs."""
+    """A graph's whole-graph key and generated kernel source, known before the linker runs.
+
+    The rewrite cache generates the source anyway (a restore must reproduce it),
+    so the linker takes it from here instead of generating it again.
+    """
 
     key: Key
-    order: list
+    generated: GraphSource
 
 
-def kernel_source_digest(fgraph, graph_key, order) -> str:
-    """The digest of the graph kernel source `fgraph` generates: what a restore must reproduce."""
-    hidden = hidden_constants(fgraph)
-    return digest(graph_source(fgraph, f"graph_{graph_key.short}", hidden, order).source)
+def known_graph_kernel(fgraph, graph_key, order: list | None = None) -> KnownGraphKernel:
+    """`fgraph`'s kernel source under `graph_key`, in its execution `order` (computed if None)."""
+    order = execution_order(fgraph) if order is None else order
+    name = graph_kernel_name(graph_key)
+    return KnownGraphKernel(graph_key, graph_source(fgraph, name, hidden_constants(fgraph), order))
 
 
 class CachedRewriteFunctionMaker(FunctionMaker):
@@ -189,8 +194,8 @@ class RewriteLookup:
             graph_key = pickle.loads(entry.blobs["graph_key"])
             expected_source = entry.blobs["kernel_source"].decode()
             _replace_outputs(self.fgraph, outputs)
-            order = execution_order(self.fgraph)
-            restored_source = kernel_source_digest(self.fgraph, graph_key, order)
+            known = known_graph_kernel(self.fgraph, graph_key)
+            restored_source = digest(known.generated.source)
         except Exception as exc:  # an unusable entry is a miss, never a failed compile
             self._put_back(given)
             return self._discard(key, exc)
@@ -198,7 +203,7 @@ class RewriteLookup:
             self._put_back(given)
             return self._discard(key, ValueError(
                 "the restored graph generates other kernel source than the rewritten graph"))
-        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, KnownGraphKernel(graph_key, order))
+        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, known)
         return True
 
     def _put_back(self, outputs) -> None:
@@ -259,9 +264,10 @@ class RewriteLookup:
         try:
             order = execution_order(self.fgraph)
             graph_key = graph_kernel_key(self.fgraph, self.context.fingerprint, order)
+            known = known_graph_kernel(self.fgraph, graph_key, order)
             blobs = {"graph": _pickle_outputs(self.fgraph, [c for c, _ in slotted]),
                      "graph_key": pickle.dumps(graph_key),
-                     "kernel_source": kernel_source_digest(self.fgraph, graph_key, order).encode()}
+                     "kernel_source": digest(known.generated.source).encode()}
             if reads is not None:
                 blobs["data"] = pickle.dumps({
                     "questions": reads.questions(),
@@ -272,7 +278,7 @@ class RewriteLookup:
         except Exception as exc:  # not storing a rewrite never fails the compile
             report.logger.debug("rewritten graph not stored: %r", exc)
             return
-        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, KnownGraphKernel(graph_key, order))
+        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, known)
         self.context.store.save(Entry(
             key=key.digest,
             fingerprint=self.context.fingerprint.digest,

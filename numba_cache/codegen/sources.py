@@ -50,6 +50,11 @@ class GraphSource:
     hidden: list = field(default_factory=list)
 
 
+def graph_kernel_name(graph_key) -> str:
+    """The generated function's name for the graph kernel of `graph_key`."""
+    return f"graph_{graph_key.short}"
+
+
 def graph_source(fgraph, function_name: str, hidden: list, order: list) -> GraphSource:
     """Generate the Python function that evaluates `fgraph`'s nodes in `order`.
 

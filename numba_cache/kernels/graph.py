@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 
 from numba_cache.codegen.module import compile_function
-from numba_cache.codegen.sources import graph_source
+from numba_cache.codegen.sources import graph_kernel_name, graph_source
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
 from numba_cache.keys.kernels import graph_kernel_key
@@ -35,21 +35,22 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
     """The kernel evaluating `fgraph`, loaded from the store when possible.
 
     `known` is the graph's :class:`numba_cache.rewrite_cache.KnownGraphKernel`
-    when the rewrite cache already computed its key and node order.
+    when the rewrite cache already computed its key and generated its source.
     """
     from pytensor import config
 
     verdict = None
-    key, order = (known.key, known.order) if known is not None else (None, execution_order(fgraph))
-    if key is None:
+    if known is not None:
+        key, generated = known.key, known.generated
+    else:
+        order = execution_order(fgraph)
         try:
             key = graph_kernel_key(fgraph, context.fingerprint, order)
         except Exception as exc:  # keying never fails a compile: the kernel is not persisted
             key, verdict = unkeyed("graph", graph_summary(fgraph), exc)
+        generated = graph_source(fgraph, graph_kernel_name(key), hidden_constants(fgraph), order)
     _register_argument_types(fgraph)
-    name = f"graph_{key.short}"
-    hidden = hidden_constants(fgraph)
-    generated = graph_source(fgraph, name, hidden, order)
+    name = generated.function_name
     function = compile_function(generated.source, name, source_label(context, key, verdict))
     storage_map = {} if storage_map is None else storage_map
 
@@ -76,7 +77,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
     dispatcher = cached_dispatcher(
         function, cache, called_from_python=True, fastmath=config.numba__fastmath
     )
-    return GraphKernel(dispatcher, [hidden_value(constant) for constant in hidden])
+    return GraphKernel(dispatcher, [hidden_value(constant) for constant in generated.hidden])
 
 
 def _register_argument_types(fgraph) -> None:
