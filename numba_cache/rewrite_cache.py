@@ -42,6 +42,12 @@ from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
 from numba_cache.kernels import report
 from numba_cache.kernels.uncacheable import unkeyed
 from numba_cache.store import Entry, StoreWarning
+from numba_cache.store.references import (
+    GRAPH_KERNEL_COMPONENT,
+    GRAPH_KEY_BLOB,
+    graph_key_blob,
+    graph_key_fields,
+)
 
 #: The reason counted (``uncacheable:<reason>``) for a rewrite whose key could not be made.
 UNKEYABLE_REWRITE = "unkeyable-rewrite"
@@ -82,13 +88,15 @@ class CachedRewriteFunctionMaker(FunctionMaker):
                 lookup = RewriteLookup(context, fgraph, inputs, outputs + additional_outputs, mode)
             except Exception as exc:  # describing a graph, mode or query never fails a compile
                 report_unkeyable(context, fgraph, exc)
-        if lookup is not None and lookup.restore():
-            return
-        reads = lookup.before_rewrite() if lookup is not None else None
-        with watch(reads) if reads is not None else contextlib.nullcontext():
-            FunctionMaker.prepare_fgraph(inputs, outputs, additional_outputs, fgraph, mode, profile)
-        if lookup is not None:
-            lookup.save(reads)
+        with contextlib.ExitStack() as held:
+            if lookup is not None and lookup.restore(held):
+                return
+            reads = lookup.before_rewrite() if lookup is not None else None
+            with watch(reads) if reads is not None else contextlib.nullcontext():
+                FunctionMaker.prepare_fgraph(
+                    inputs, outputs, additional_outputs, fgraph, mode, profile)
+            if lookup is not None:
+                lookup.save(reads)
 
 
 def report_unkeyable(context, fgraph, error: Exception) -> None:
@@ -148,20 +156,43 @@ class RewriteLookup:
                 report_unkeyable(self.context, self.fgraph, exc)
         return self._content_key
 
-    def restore(self) -> bool:
+    def restore(self, held: contextlib.ExitStack) -> bool:
+        """Swap the stored rewritten graph in; True on a hit.
+
+        On a miss, the lock of the key to be saved is entered into `held` and the
+        store looked up again: one process rewrites a graph while the others wait
+        for its entry, as for kernels. Counted once, hit or miss.
+        """
+        found, looked_up = self._find()
+        if found is None and looked_up is not None:
+            report.logger.debug("rewrite %s not stored: taking its lock", looked_up.short)
+            held.enter_context(
+                self.context.store.lock(self.context.fingerprint.digest, looked_up.digest))
+            found, looked_up = self._find()  # another process may have saved it meanwhile
+        if found is not None:
+            report.record(self.context, "rewrite.hit")
+            report.lookup(self.context, found, "hit")
+            return True
+        if looked_up is not None:
+            report.record(self.context, "rewrite.miss")
+            report.lookup(self.context, looked_up, "miss")
+        return False
+
+    def _find(self) -> tuple[Key | None, Key | None]:
+        """(the key restored from, or None; the last key looked up, None if none could be)."""
         if self.data_key is not None:
             entry = self._load(self.data_key)
             self._data_entry_found = entry is not None
             if entry is None:
-                return self._missed(self.data_key)
+                return None, self.data_key
             if entry.cacheable and self._restore_for_data(entry):
-                return self._hit(self.data_key)
+                return self.data_key, self.data_key
         if self.content_key is None:
-            return False
+            return None, None
         entry = self._load(self.content_key)
         if entry is not None and self._restore_graph(self.content_key, entry, []):
-            return self._hit(self.content_key)
-        return self._missed(self.content_key)
+            return self.content_key, self.content_key
+        return None, self.content_key
 
     def _restore_for_data(self, entry) -> bool:
         try:
@@ -190,8 +221,8 @@ class RewriteLookup:
         """
         given = list(self.fgraph.outputs)
         try:
+            graph_key = Key(**graph_key_fields(entry))
             outputs = _unpickle_outputs(entry.blobs["graph"], self.fgraph.inputs, slots)
-            graph_key = pickle.loads(entry.blobs["graph_key"])
             expected_source = entry.blobs["kernel_source"].decode()
             _replace_outputs(self.fgraph, outputs)
             known = known_graph_kernel(self.fgraph, graph_key)
@@ -219,20 +250,10 @@ class RewriteLookup:
             f"numba_cache: removing rewritten graph {key.short}, it could not be restored "
             f"({exc!r}); rewriting again",
             StoreWarning,
-            stacklevel=6,
+            stacklevel=7,
         )
         report.record(self.context, "corrupt")
         self.context.store.remove(self.context.fingerprint.digest, key.digest)
-        return False
-
-    def _hit(self, key) -> bool:
-        report.record(self.context, "rewrite.hit")
-        report.lookup(self.context, key, "hit")
-        return True
-
-    def _missed(self, key) -> bool:
-        report.record(self.context, "rewrite.miss")
-        report.lookup(self.context, key, "miss")
         return False
 
     def before_rewrite(self) -> DataReads | None:
@@ -266,7 +287,8 @@ class RewriteLookup:
             graph_key = graph_kernel_key(self.fgraph, self.context.fingerprint, order)
             known = known_graph_kernel(self.fgraph, graph_key, order)
             blobs = {"graph": _pickle_outputs(self.fgraph, [c for c, _ in slotted]),
-                     "graph_key": pickle.dumps(graph_key),
+                     GRAPH_KEY_BLOB: graph_key_blob(graph_key.kind, graph_key.summary,
+                                                    graph_key.components, graph_key.digest),
                      "kernel_source": digest(known.generated.source).encode()}
             if reads is not None:
                 blobs["data"] = pickle.dumps({
@@ -284,7 +306,7 @@ class RewriteLookup:
             fingerprint=self.context.fingerprint.digest,
             kind="rewrite",
             summary=key.summary,
-            components=key.components | {"graph_kernel": graph_key.digest},
+            components=key.components | {GRAPH_KERNEL_COMPONENT: graph_key.digest},
             created=time.time(),
             blobs=blobs,
         ))

@@ -88,12 +88,18 @@ def differences(values: dict, expected: dict, rtol: float = RTOL) -> list[str]:
 # In the test process: store states
 
 
+def settings_for(root: Path):
+    """The settings of a writable store at `root`."""
+    from numba_cache import settings
+
+    return settings.override(settings.current(), root=str(root), readonly=False, disabled=False)
+
+
 def entries_of(root: Path, kinds) -> list:
     """The (fingerprint, key) of every entry of these kinds in the store at `root`."""
-    from numba_cache import settings
     from numba_cache.store import Store
 
-    store = Store(settings.override(settings.current(), root=str(root)))
+    store = Store(settings_for(root))
     return [(entry.fingerprint, entry.key) for entry in store.entries()
             if entry.kind in kinds and entry.cacheable]
 
@@ -128,6 +134,29 @@ def swap(root: Path, kind: str) -> int:
     first.write_bytes(second.read_bytes())
     second.write_bytes(first_data)
     return 2
+
+
+def repoint_rewrites(root: Path, target_kind: str) -> int:
+    """Make every rewrite entry promise another entry's kernel, an entry of `target_kind`,
+    consistently (component and graph key blob agree, checksums made anew): what a
+    writer with a bug, or records mixed from two stores, would leave."""
+    from numba_cache.store import Store, record
+    from numba_cache.store.references import GRAPH_KERNEL_COMPONENT, GRAPH_KEY_BLOB
+
+    store = Store(settings_for(root))
+    rewrites = entries_of(root, {"rewrite"})
+    targets = entries_of(root, {target_kind})
+    changed = 0
+    for fingerprint, key in rewrites:
+        entry = store.read(fingerprint, key)
+        own = entry.components[GRAPH_KERNEL_COMPONENT]
+        other = next(target for fp, target in targets if fp == fingerprint and target != own)
+        graph_key = json.loads(entry.blobs[GRAPH_KEY_BLOB])
+        entry.components[GRAPH_KERNEL_COMPONENT] = graph_key["digest"] = other
+        entry.blobs[GRAPH_KEY_BLOB] = json.dumps(graph_key).encode()
+        record_path(root, fingerprint, key).write_bytes(record.encode(entry))
+        changed += 1
+    return changed
 
 
 def copy_store(source: Path, target: Path) -> Path:

@@ -191,7 +191,7 @@ def test_every_listing_has_json_with_its_documented_fields(store, compiled):
     assert entries and all(set(entry) == ENTRY_FIELDS for entry in entries)
     shown = json_of("show", entries[0]["key"][:10])
     assert set(shown) == ENTRY_FIELDS | {"tool_version", "blobs", "components", "source_path", "source"}
-    assert json_of("verify") == {"problems": [], "repaired": False}
+    assert json_of("verify") == {"problems": [], "dangling": [], "repaired": False}
     pruned = json_of("prune", "--max-size", "1G", "--dry-run")
     assert set(pruned) == {"dry_run", "evicted", "evicted_bytes", "remaining_entries", "remaining_bytes"}
     compared = json_of("explain", entries[0]["key"], entries[1]["key"])

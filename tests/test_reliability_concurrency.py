@@ -121,6 +121,35 @@ def test_a_reader_loads_a_record_renamed_into_place_before_it_is_indexed(
     assert key in {entry.key for entry in rel.open_store(root).entries()}
 
 
+def test_a_process_waits_for_another_rewriting_the_same_graph_then_restores_its_rewrite(
+    compiled, private_store, tmp_path
+):
+    """Rewrites are single-flight like kernels: the writer holds the rewrite key's lock
+    from its miss to its save (paused before renaming the record), the reader waits
+    for it, then restores the writer's rewrite instead of rewriting the graph itself."""
+    baseline, report = compiled
+    root = rel.copy_store(baseline, private_store)
+    (key,) = keys_of(report, GRAPH, "rewrite")
+    rel.open_store(root).remove(report["fingerprint"], key)
+    paused = Checkpoint(tmp_path, "before-rename")
+    writer = rel.start([GRAPH], paused.env)
+    paused.wait(writer)
+    log = tmp_path / "reader.log"
+    reader = rel.start([GRAPH], {"NBCACHE_LOG": "debug"}, stderr=log)
+    wait_for_text(log, "not stored: taking its lock", reader)
+    time.sleep(1.0)
+    assert reader.poll() is None, "the reader did not wait for the writer's rewrite"
+    paused.release()
+    written, read = rel.finish(writer), rel.finish(reader)
+    assert rel.decisions(written, GRAPH)["rewrite"] == "miss"
+    assert rel.decisions(read, GRAPH) == {"rewrite": "hit", "graph": "hit"}
+    for report_ in written, read:
+        assert_correct(report_)
+        assert report_["warnings"] == []
+        assert report_["stats"].get("rewrite.miss", 0) + report_["stats"].get("rewrite.hit", 0) == 1
+    assert verify_problems() == []
+
+
 def test_two_writers_committing_the_same_key_leave_one_valid_record(
     compiled, private_store, tmp_path
 ):

@@ -27,6 +27,7 @@ import pytest
 
 from numba_cache import settings
 from numba_cache.store import CorruptEntry, Entry, Store, StoreWarning, record
+from numba_cache.store.verify import Problem
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -491,6 +492,40 @@ def test_eviction_skips_an_entry_whose_lock_another_process_holds(tmp_path):
     assert store.load(FINGERPRINT, busy.key) is not None
 
 
+
+def test_an_entry_saved_again_during_an_eviction_keeps_its_record_and_row(tmp_path):
+    """A writer saving a key that has a row, paused with its new record in place but not
+    yet indexed, while this process evicts everything. The writer holds the key's lock
+    (every save does), so the eviction skips the key: without it, the eviction removes
+    the new record and the writer then indexes it, a row without its record."""
+    store = open_store(tmp_path)
+    save(store, "a")
+    pause = tmp_path / "paused"
+    child = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(REPO / "tests")!r})
+        from test_store import open_store, save
+        save(open_store({str(tmp_path)!r}), "a", kernel_size=2000)
+    """)
+    environment = dict(os.environ, PYTHONPATH=str(REPO),
+                       NBCACHE_TEST_CHECKPOINT=f"before-index:{pause}")
+    writer = subprocess.Popen([sys.executable, "-c", child], env=environment,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not Path(f"{pause}.reached").exists():
+            assert writer.poll() is None, writer.communicate()[1]
+            assert time.monotonic() < deadline, "the writer did not reach before-index"
+            time.sleep(0.02)
+        evicted = store.evict_to(0, timeout=10)
+    finally:
+        Path(f"{pause}.release").touch()
+        assert writer.wait(60) == 0, writer.communicate()[1]
+    assert evicted == []
+    assert store.verify() == []
+    assert len(store.load(FINGERPRINT, digest("a")).blobs["kernel"]) == 2000
+
+
 # Locks
 
 
@@ -754,6 +789,50 @@ def test_verify_finds_problems_then_repairs_them(tmp_path):
     assert store.source_path(FINGERPRINT, mismatched.key).read_text() == source_of("mismatched")
     assert set(keys_of(store.entries())) == {good.key, mismatched.key, unindexed.key}
     assert store.load(FINGERPRINT, good.key).blobs == good.blobs
+
+
+
+def test_verify_checks_what_entries_promise_each_other(tmp_path):
+    """A kernel's object-mode blocks and a rewrite's graph kernel: missing ones are
+    dangling (reported, kept by repair); unreadable or wrong-kind promises are problems."""
+    from numba_cache.store.references import BLOCKS_BLOB, graph_key_blob
+
+    store = open_store(tmp_path)
+    kernel = make_entry("kernel")
+    kernel.blobs[BLOCKS_BLOB] = b"uuid-present\nuuid-absent"
+    block = Entry(key=digest("block"), fingerprint=FINGERPRINT, kind="objmode",
+                  components={"block": "uuid-present"}, blobs={"kernel": b"k"})
+
+    def rewrite(name: str, target: str, blob: bytes | None = None) -> Entry:
+        blobs = {"graph": b"g", "kernel_source": b"s",
+                 "graph_key": blob or graph_key_blob("graph", "", {}, target)}
+        return Entry(key=digest(name), fingerprint=FINGERPRINT, kind="rewrite",
+                     components={"graph_kernel": target}, blobs=blobs)
+
+    fine = rewrite("fine", kernel.key)
+    dangling = rewrite("dangling", digest("evicted graph"))
+    unreadable = rewrite("unreadable", kernel.key, blob=b"\x80\x04pickled")
+    wrong_kind = rewrite("wrong kind", block.key)
+    for entry in (kernel, block, fine, dangling, unreadable, wrong_kind):
+        assert store.save(entry)
+
+    def summary(problems):
+        return sorted((p.key, p.dangling, p.problem) for p in problems)
+
+    expected = summary([
+        Problem("dangling reference: its object-mode block uuid-absent is not in the store",
+                FINGERPRINT, kernel.key, dangling=True),
+        Problem(f"dangling reference: its graph kernel {digest('evicted graph')[:12]} is not "
+                "in the store", FINGERPRINT, dangling.key, dangling=True),
+        Problem("broken reference: unreadable graph key (not the JSON this version writes)",
+                FINGERPRINT, unreadable.key),
+        Problem(f"broken reference: its graph kernel {block.key[:12]} is an objmode entry",
+                FINGERPRINT, wrong_kind.key),
+    ])
+    assert summary(store.verify()) == expected
+    assert summary(store.verify(repair=True)) == expected
+    assert summary(store.verify()) == [item for item in expected if item[1]]  # dangling stay
+    assert set(keys_of(store.entries())) == {kernel.key, block.key, fine.key, dangling.key}
 
 
 # Record format

@@ -10,6 +10,7 @@ ULP, with no compile failing.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 
@@ -20,11 +21,16 @@ from helpers import run_python
 from reliability import numba_cache_cli
 from store_states import FAMILIES, differences
 
+from numba_cache.store import Store
+
 WORKLOADS = ("radon", "ar1", "gp", *FAMILIES)
 
 
+CHILD_CODE = "import json, store_states; print(json.dumps(store_states.child({names!r}, {reference})))"
+
+
 def compile_in_child(names, root, reference=False) -> dict:
-    code = f"import json, store_states; print(json.dumps(store_states.child({list(names)!r}, {reference})))"
+    code = CHILD_CODE.format(names=list(names), reference=reference)
     return run_python(code, {"NBCACHE_DIR": str(root)})
 
 
@@ -81,6 +87,8 @@ STATES = {
     "pruned to a tenth": lambda root: prune(root, fraction=0.1),
     "graph damaged, then verify --repair": lambda root: repair(root, {"graph"}),
     "partial import (no graph entries)": lambda root: partial_import(root, {"graph"}),
+    "rewrites promise another graph's kernel": lambda root: store_states.repoint_rewrites(
+        root, "graph"),
 }
 
 
@@ -129,6 +137,121 @@ def test_every_store_state_gives_numbas_results(state, compiled, reference, tmp_
     second = compile_in_child(WORKLOADS, root)
     print(json.dumps({"state": state, "seconds": round(time.perf_counter() - started, 1),
                       "first": first["stats"], "second": second["stats"]}))
+    assert_like_numba(first, reference)
+    assert_like_numba(second, reference)
+    assert second["stats"].get("graph.miss", 0) == 0, "the first process stored every kernel"
+
+
+# What verify says of references
+
+
+def verify_json(root) -> tuple[int, dict]:
+    result = numba_cache_cli("verify", "--json", env={"NBCACHE_DIR": str(root)})
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_verify_reports_dangling_references_and_removes_broken_promises(compiled, tmp_path):
+    """A rewrite whose graph kernel is gone is dangling (reported, harmless); a rewrite
+    promising a kernel of another kind is a problem, which --repair removes."""
+    root = store_states.copy_store(compiled["root"], tmp_path / "store")
+    rewrites = store_states.entries_of(root, {"rewrite"})
+    assert verify_json(root) == (0, {"problems": [], "dangling": [], "repaired": False})
+
+    store = Store(store_states.settings_for(root))
+    for address in store_states.entries_of(root, {"graph"}):
+        store.remove(*address)
+    status, found = verify_json(root)
+    assert (status, found["problems"]) == (0, [])
+    assert sorted(item["key"] for item in found["dangling"]) == sorted(key for _, key in rewrites)
+    assert all("graph kernel" in item["problem"] for item in found["dangling"])
+    said = numba_cache_cli("verify", env={"NBCACHE_DIR": str(root)})
+    assert said.returncode == 0 and f"{len(rewrites)} dangling references" in said.stdout
+
+    assert store_states.repoint_rewrites(root, "op") == len(rewrites)
+    status, found = verify_json(root)
+    assert status == 1 and found["dangling"] == []
+    assert sorted(item["key"] for item in found["problems"]) == sorted(key for _, key in rewrites)
+    assert all("is an op entry" in item["problem"] for item in found["problems"])
+    result = numba_cache_cli("verify", "--repair", env={"NBCACHE_DIR": str(root)})
+    assert result.returncode == 1 and "repaired" in result.stdout
+    assert store_states.entries_of(root, {"rewrite"}) == []
+    assert verify_json(root) == (0, {"problems": [], "dangling": [], "repaired": False})
+
+
+# The remote tier: a second machine with an empty local store, and a shared server in a state
+
+
+REMOTE_SECRET = "store-states-secret-0123456789"
+
+
+@pytest.fixture(scope="module")
+def redis(tmp_path_factory):
+    from test_remote import start_server
+
+    with start_server(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+def publish(root, server, prefix: str, kinds) -> dict:
+    """Send the entries of these kinds in the store at `root` to the server, under `prefix`;
+    the settings a machine of that prefix runs with."""
+    from numba_cache import settings
+    from numba_cache.store.remote import open_tier
+
+    env = {"NBCACHE_REMOTE": server.url, "NBCACHE_REMOTE_SECRET": REMOTE_SECRET,
+           "NBCACHE_REMOTE_PREFIX": prefix}
+    tier = open_tier(settings.override(settings.current(), remote=server.url,
+                                       remote_secret=REMOTE_SECRET, remote_prefix=prefix),
+                     count=lambda *_: None)
+    store = Store(store_states.settings_for(root))
+    for fingerprint, key in store_states.entries_of(root, kinds):
+        data, source = store.record_of(fingerprint, key)
+        assert tier.publish(fingerprint, key, data, source and source.decode())
+    return env
+
+
+def damage_on_server(server, prefix: str, root, kinds) -> int:
+    """Flip a byte in the middle of the server's envelope of every entry of these kinds."""
+    from numba_cache.store.remote.redis_backend import ENVELOPE_FIELD
+
+    client = server.client()
+    addresses = store_states.entries_of(root, kinds)
+    for fingerprint, key in addresses:
+        name = f"{prefix}:{fingerprint}:{key}"
+        sealed = bytearray(client.hget(name, ENVELOPE_FIELD))
+        sealed[len(sealed) // 2] ^= 0xFF
+        client.hset(name, ENVELOPE_FIELD, bytes(sealed))
+    return len(addresses)
+
+
+#: What the server holds (kinds published; kinds then damaged there), and what the
+#: second machine's local store starts with (kinds kept from the compiled store).
+REMOTE_STATES = {
+    "remote holds every level, local empty": (store_states.KINDS, (), ()),
+    "remote without graph entries (over its size limit), local empty": (
+        ("rewrite", "op", "objmode"), (), ()),
+    "remote holds rewrites only, local empty": (("rewrite",), (), ()),
+    "remote graph entries damaged, local empty": (store_states.KINDS, ("graph",), ()),
+    "local holds rewrites only, remote the rest": (("graph", "op", "objmode"), (), ("rewrite",)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state", REMOTE_STATES)
+def test_every_remote_state_gives_numbas_results(state, redis, compiled, reference, tmp_path):
+    published, damaged, local_kinds = REMOTE_STATES[state]
+    prefix = "states-" + hashlib.sha256(state.encode()).hexdigest()[:12]
+    env = publish(compiled["root"], redis, prefix, published)
+    if damaged:
+        assert damage_on_server(redis, prefix, compiled["root"], damaged) > 0
+    root = store_states.copy_store(compiled["root"], tmp_path / "store")
+    store = Store(store_states.settings_for(root))
+    for address in store_states.entries_of(root, set(store_states.KINDS) - set(local_kinds)):
+        store.remove(*address)
+    code = CHILD_CODE.format(names=list(WORKLOADS), reference=False)
+    first, second = (run_python(code, {"NBCACHE_DIR": str(root), **env}) for _ in range(2))
+    print(json.dumps({"state": state, "first": first["stats"], "second": second["stats"]}))
+    assert first["stats"].get("rewrite.hit", 0) > 0 or "rewrite" not in published + local_kinds
     assert_like_numba(first, reference)
     assert_like_numba(second, reference)
     assert second["stats"].get("graph.miss", 0) == 0, "the first process stored every kernel"

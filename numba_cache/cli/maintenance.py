@@ -154,14 +154,17 @@ def command_verify(args) -> int:
         check_targets(args.targets)
     store = open_store(write=args.repair)
     checked = len(store.entries())
-    problems = store.verify(repair=args.repair)
+    found = store.verify(repair=args.repair)
+    problems = [problem for problem in found if not problem.dangling]
+    dangling = [problem for problem in found if problem.dangling]
     if args.recompile is None or not args.json:
-        status = _report_problems(args, store, checked, problems)
+        status = _report_problems(args, store, checked, problems, dangling)
         if args.recompile is None:
             return status
     recompiled = _recompile(args, store)
     if args.json:
-        print(json.dumps({**_problems_json(args, problems), "recompile": recompiled}, indent=2))
+        print(json.dumps({**_problems_json(args, problems, dangling), "recompile": recompiled},
+                         indent=2))
     failed = recompiled["collisions"] or recompiled["failures"]
     return 1 if problems or failed else 0
 
@@ -232,34 +235,36 @@ def _collision_text(collision: dict) -> str:
             f"({collision['made_under_summary']})")
 
 
-def _problems_json(args, problems) -> dict:
-    return {
-        "problems": [
+def _problems_json(args, problems, dangling) -> dict:
+    def listed(found) -> list[dict]:
+        return [
             {
                 "problem": problem.problem,
                 "fingerprint": problem.fingerprint,
                 "key": problem.key,
                 "path": None if problem.path is None else str(problem.path),
             }
-            for problem in problems
-        ],
-        "repaired": args.repair,
-    }
+            for problem in found
+        ]
+
+    return {"problems": listed(problems), "dangling": listed(dangling), "repaired": args.repair}
 
 
-def _report_problems(args, store, checked: int, problems) -> int:
+def _report_problems(args, store, checked: int, problems, dangling) -> int:
     if args.json:
-        print(json.dumps(_problems_json(args, problems), indent=2))
+        print(json.dumps(_problems_json(args, problems, dangling), indent=2))
         return 1 if problems else 0
-    if not problems:
+    if problems:
+        rows = [
+            (problem.key[:DIGEST_DIGITS] if problem.key else str(problem.path), problem.problem)
+            for problem in problems
+        ]
+        print(table(("ENTRY OR FILE", "PROBLEM"), rows))
+        advice = "repaired" if args.repair else "run numba-cache verify --repair to repair"
+        print(f"{plural(len(problems), 'problem')}; {advice}")
+    else:
         print(f"no problems in {store.root} ({plural(checked, 'entry')} checked)")
-        return 0
-    rows = [
-        (problem.key[:DIGEST_DIGITS] if problem.key else str(problem.path), problem.problem)
-        for problem in problems
-    ]
-    print(table(("ENTRY OR FILE", "PROBLEM"), rows))
-    advice = "repaired" if args.repair else "run numba-cache verify --repair to repair"
-    print(f"{plural(len(problems), 'problem')}; {advice}")
-    return 1
-
+    if dangling:
+        print(f"{plural(len(dangling), 'dangling reference')} (to entries evicted or never "
+              "stored, compiled again when used; --json lists them)")
+    return 1 if problems else 0

@@ -29,10 +29,9 @@ from numba_cache.kernels import collisions, objmode, report
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.store import Entry, StoreWarning
+from numba_cache.store.references import BLOCKS_BLOB
 
 _OVERLOAD_PREFIX = "kernel:"
-#: Blob listing the object-mode blocks the kernel's code holds (see :mod:`.objmode`).
-BLOCKS_BLOB = "objmode_blocks"
 
 
 def overload_blob_name(signature) -> str:

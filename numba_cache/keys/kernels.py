@@ -17,6 +17,7 @@ array constants are kernel arguments and enter by type and shape only (see
 from __future__ import annotations
 
 from numba_cache.codegen.sources import CODEGEN_VERSION
+from numba_cache.store.references import BLOCK_COMPONENT
 from numba_cache.keys.canonical import digest, qualified_name
 from numba_cache.keys.graph import describe_graph, graph_summary
 from numba_cache.keys.key import Key
@@ -79,7 +80,7 @@ def object_mode_key(block_uuid: str, function: str, signature: str, fingerprint)
         {
             "fingerprint": fingerprint.digest,
             "codegen": CODEGEN_VERSION,
-            "block": block_uuid,
+            BLOCK_COMPONENT: block_uuid,
             "function": function,
             "signature": signature,
         },

@@ -46,7 +46,8 @@ REWRITE_FLAGS = (
 #: the data (:mod:`.data_reads`); their stored graphs refer to data by slot.
 #: 4: entries hold the digest of the kernel source of the rewritten graph, which
 #: a restored graph must reproduce (version 3 restores lacked the destroy orderings).
-REWRITE_CACHE_VERSION = 4
+#: 5: the graph kernel key is stored as JSON, which ``verify`` checks without unpickling.
+REWRITE_CACHE_VERSION = 5
 
 
 def describe_query(query, database=None) -> list:

@@ -136,6 +136,14 @@ class Index:
             write=True,
         )
 
+    def has(self, fingerprint: str, key: str) -> bool:
+        """Whether the entry has a row (False when there is no usable index)."""
+        query = "SELECT 1 FROM entries WHERE fingerprint = ? AND key = ?"
+        return self._run(
+            lambda connection: connection.execute(query, (fingerprint, key)).fetchone() is not None,
+            False,
+        )
+
     def clear(self, fingerprint: str | None = None) -> None:
         """Delete every row (of one fingerprint); counters stay."""
         where, parameters = _filter(fingerprint=fingerprint)

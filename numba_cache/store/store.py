@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import stat
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -61,6 +62,9 @@ class Store:
         )
         _warn_if_writable_by_others(self.root)
         self.remote = self._open_remote()
+        # Entry locks this thread holds: a save or removal inside a compile of the same
+        # key must not wait for its own lock (a second flock on the path would).
+        self._thread = threading.local()
 
     def load(self, fingerprint: str, key: str) -> Entry | None:
         """The entry with its blobs, or None if there is none (or it is corrupt).
@@ -77,8 +81,8 @@ class Store:
         try:
             data = self._backend.get(fingerprint, key)
             if data is None:
-                if not self.readonly:
-                    self._index.drop([(fingerprint, key)])
+                if not self.readonly and self._index.has(fingerprint, key):
+                    self._drop_row_unless_locked(fingerprint, key)
                 return self._load_remote(fingerprint, key)
             entry = record.decode(data, fingerprint, key)
         except PermissionError as error:  # not damage: nothing to count or remove
@@ -118,21 +122,24 @@ class Store:
         when writing fails (full disk, I/O error, permissions), which is warned once
         per process and counted as "write_error". Removes the temp files of writers
         that died first, and evicts least recently used entries after, if the store
-        outgrew ``settings.max_size``. Raises ValueError only for an invalid `entry`
-        (see :func:`record.encode`).
+        outgrew ``settings.max_size``. Writes under the entry's lock (see :meth:`lock`),
+        so that an eviction never takes a record from under its index row. Raises
+        ValueError only for an invalid `entry` (see :func:`record.encode`).
         """
         if self.settings.disabled or not self._may_write():
             return False
         data = record.encode(entry)
-        try:
-            # A writer killed mid-write left its temp file; writers clean up after it.
-            self._backend.clean_temp()
-            self._backend.put(entry.fingerprint, entry.key, data, source)
-        except OSError as error:
-            self.report_write_error(entry.fingerprint, error)
-            return False
-        checkpoints.reached("before-index")
-        self._index_new(entry, data, source)
+        with self.lock(entry.fingerprint, entry.key):
+            try:
+                # A writer killed mid-write left its temp file; writers clean up after it.
+                self._backend.clean_temp()
+                self._backend.put(entry.fingerprint, entry.key, data, source)
+            except OSError as error:
+                self.report_write_error(entry.fingerprint, error)
+                return False
+            checkpoints.reached("before-index")
+            self._index.insert(entry, _size(data, source), time.time())
+        self._after_new(entry, data, source)
         return True
 
     def record_of(self, fingerprint: str, key: str) -> tuple[bytes, bytes | None] | None:
@@ -169,13 +176,13 @@ class Store:
                 pass  # a broken entry: the valid record replaces it
             self._backend.clean_temp()
             self._backend.put(fingerprint, key, data, source)
-            self._index_new(entry, data, source)
+            self._index.insert(entry, _size(data, source), time.time())
+        self._after_new(entry, data, source)
         return True
 
-    def _index_new(self, entry: Entry, data: bytes, source: str | None) -> None:
-        """Index an entry just written, then evict if the store outgrew its maximum size."""
-        size = len(data) + (len(source.encode()) if source is not None else 0)
-        self._index.insert(entry, size, time.time())
+    def _after_new(self, entry: Entry, data: bytes, source: str | None) -> None:
+        """Publish an entry just written and indexed, then evict if the store outgrew its
+        maximum size."""
         if self.remote is not None:
             self.remote.publish(entry.fingerprint, entry.key, data, source)
         total = self._index.total_size()
@@ -200,9 +207,14 @@ class Store:
         blocks the others. If the lock cannot be had within ``settings.lock_timeout``
         (warned) or cannot be created at all (read-only store, permissions), the
         block runs without it: a cache must never make a compile fail. Yields whether
-        the lock is held. Not reentrant.
+        the lock is held. Reentrant within a thread: a block inside a block holding
+        the same key's lock runs at once.
         """
         check_address(fingerprint, key)
+        held_here = self._held_locks()
+        if (fingerprint, key) in held_here:
+            yield True
+            return
         held = None
         if not (self.settings.disabled or self.readonly):
             try:
@@ -213,11 +225,20 @@ class Store:
                     f"numba_cache: waited {self.settings.lock_timeout:g} s for another process "
                     f"compiling {key[:12]}; compiling it here too.",
                 )
+        if held is not None:
+            held_here.add((fingerprint, key))
         try:
             yield held is not None
         finally:
             if held is not None:
+                held_here.discard((fingerprint, key))
                 held.release()
+
+    def _held_locks(self) -> set[tuple[str, str]]:
+        held = getattr(self._thread, "held", None)
+        if held is None:
+            held = self._thread.held = set()
+        return held
 
     def count(self, fingerprint: str, name: str, n: int = 1) -> None:
         """Add `n` to the counter `name` of `fingerprint` ("miss", "uncacheable:<reason>"...)."""
@@ -280,12 +301,11 @@ class Store:
         check_address(fingerprint, key)
         if not self._may_write():
             return
-        try:
-            self._backend.remove(fingerprint, key)
-        except OSError as error:
-            self._warn_cannot_delete(error)
-            return
-        self._index.drop([(fingerprint, key)])
+        with self.lock(fingerprint, key):
+            try:
+                self._delete(fingerprint, key)
+            except OSError as error:
+                self._warn_cannot_delete(error)
 
     def clear(self, fingerprint: str | None = None) -> int:
         """Delete every entry (of one fingerprint) and orphaned source copies.
@@ -363,7 +383,6 @@ class Store:
             warn_once(("evict", str(self.root)), f"numba_cache: eviction in {self.root}: {error}")
         finally:
             store_lock.release()
-            self._index.drop(evicted)
             for fingerprint, n in Counter(fingerprint for fingerprint, _ in evicted).items():
                 self._index.count(fingerprint, "eviction", n)
         return evicted
@@ -454,6 +473,14 @@ class Store:
         return self._backend.source_path(fingerprint, key)
 
     def _remove_unless_locked(self, fingerprint: str, key: str) -> bool:
+        """Delete an entry's files and index row under its lock, unless someone else holds
+        it (compiling or writing the entry): then False, and nothing is deleted.
+
+        The row goes with the files while the lock is held, so that a writer taking the
+        lock next never has its fresh row dropped, nor a row left without its record.
+        """
+        if (fingerprint, key) in self._held_locks():
+            return False  # this thread is writing it
         try:
             entry_lock = self._acquire(self._lock_path(fingerprint, key), 0)
         except locks.LockBusy:
@@ -461,10 +488,31 @@ class Store:
         if entry_lock is None:
             return False
         try:
-            self._backend.remove(fingerprint, key)
+            self._delete(fingerprint, key)
         finally:
             entry_lock.release()
         return True
+
+    def _drop_row_unless_locked(self, fingerprint: str, key: str) -> None:
+        """Drop the index row of an entry found without its record, unless a writer holds
+        its lock: that writer is about to put the record and its row in place."""
+        if (fingerprint, key) in self._held_locks():
+            self._index.drop([(fingerprint, key)])
+            return
+        try:
+            entry_lock = self._acquire(self._lock_path(fingerprint, key), 0)
+        except locks.LockBusy:
+            return
+        try:
+            self._index.drop([(fingerprint, key)])
+        finally:
+            if entry_lock is not None:
+                entry_lock.release()
+
+    def _delete(self, fingerprint: str, key: str) -> None:
+        """Delete an entry's files, then its index row; call holding the entry's lock."""
+        self._backend.remove(fingerprint, key)
+        self._index.drop([(fingerprint, key)])
 
     def _open_remote(self) -> RemoteTier | None:
         """The remote tier of the settings, or None (warned once) if it cannot start."""
@@ -506,10 +554,13 @@ class Store:
             f"({problem}); it will be compiled again.",
         )
         self.count(fingerprint, "corrupt")
-        if not self.readonly:
-            with contextlib.suppress(OSError):
-                self._backend.remove(fingerprint, key)
-            self._index.drop([(fingerprint, key)])
+        if self.readonly:
+            return
+        with contextlib.suppress(OSError):
+            if (fingerprint, key) in self._held_locks():
+                self._delete(fingerprint, key)
+            else:  # whoever holds the lock is writing the entry anew: the record is theirs
+                self._remove_unless_locked(fingerprint, key)
 
     def _warn_cannot_write(self, error: Exception) -> None:
         """The one warning a process gets when the store's disk refuses writes, whichever
@@ -574,6 +625,11 @@ class Store:
                 continue
             entry.blobs, entry.size, entry.last_used = {}, size, mtime
             yield entry
+
+
+def _size(data: bytes, source: str | None) -> int:
+    """What an entry occupies: its record and its ``.py`` copy."""
+    return len(data) + (len(source.encode()) if source is not None else 0)
 
 
 def _eviction(

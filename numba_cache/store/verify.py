@@ -9,6 +9,7 @@ from pathlib import Path
 from .index import Index
 from .local import LocalBackend
 from .record import CorruptEntry, decode
+from .references import References
 
 
 @dataclass(frozen=True)
@@ -16,13 +17,16 @@ class Problem:
     """One thing wrong in a store.
 
     ``fingerprint`` and ``key`` name the entry concerned, ``path`` the file when the
-    problem is a file that belongs to no entry (or to a dead writer).
+    problem is a file that belongs to no entry (or to a dead writer). A `dangling`
+    reference (see :mod:`.references`) is reported, but nothing is wrong: it costs
+    a compile when used, and repair leaves it.
     """
 
     problem: str
     fingerprint: str | None = None
     key: str | None = None
     path: Path | None = None
+    dangling: bool = False
 
 
 def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem]:
@@ -31,11 +35,14 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
     Finds unreadable records, ``.py`` copies that differ from their record's
     "source" blob, ``.py`` copies without a record, temp files of dead writers, a
     temp directory that is not one (every write would fail), index rows without a
-    file and files without a row. With `repair`, deletes unreadable entries,
-    orphans, stale temp files and what stands where the temp directory should be,
-    rewrites wrong copies and brings the index in line with the files.
+    file and files without a row, and entries whose references to others cannot be
+    honoured (see :mod:`.references`); lists dangling references last. With
+    `repair`, deletes unreadable entries and those whose references cannot be
+    honoured, orphans, stale temp files and what stands where the temp directory
+    should be, rewrites wrong copies and brings the index in line with the files.
     """
     problems: list[Problem] = []
+    references = References()
     indexed = index.rows()
     if indexed is None and index.path.exists():
         problems.append(Problem("the index is not usable", path=index.path))
@@ -54,6 +61,13 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
                 backend.remove(fingerprint, key)
                 index.drop([(fingerprint, key)])
             continue
+        broken = references.add(entry)
+        if broken is not None:
+            problems.append(Problem(f"broken reference: {broken}", fingerprint, key))
+            if repair:
+                backend.remove(fingerprint, key)
+                index.drop([(fingerprint, key)])
+            continue
         source = entry.blobs.get("source")
         copy = backend.read_source(fingerprint, key)
         if source is not None and copy is not None and copy != source:
@@ -65,6 +79,11 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
             problems.append(Problem("entry missing from the index", fingerprint, key))
             if repair:
                 index.insert(entry, size, mtime)
+    for reference, wrong in references.wrong_kinds():
+        problems.append(Problem(f"broken reference: {wrong}", reference.fingerprint, reference.key))
+        if repair:
+            backend.remove(reference.fingerprint, reference.key)
+            index.drop([(reference.fingerprint, reference.key)])
     stale_rows = sorted(rows - on_disk)
     problems.extend(Problem("index row without an entry file", *address) for address in stale_rows)
     if repair:
@@ -83,4 +102,9 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
         if repair:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
+    problems.extend(
+        Problem(f"dangling reference: {reference.describe()}", reference.fingerprint,
+                reference.key, dangling=True)
+        for reference in references.dangling()
+    )
     return problems
