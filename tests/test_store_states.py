@@ -89,6 +89,11 @@ STATES = {
     "partial import (no graph entries)": lambda root: partial_import(root, {"graph"}),
     "rewrites promise another graph's kernel": lambda root: store_states.repoint_rewrites(
         root, "graph"),
+    "objmode and graph missing": lambda root: store_states.remove(root, {"objmode", "graph"}),
+    "objmode damaged, graph and op missing": lambda root: (
+        store_states.damage(root, {"objmode"}), store_states.remove(root, {"graph", "op"}))[0],
+    "rewrite missing, objmode damaged": lambda root: (
+        store_states.remove(root, {"rewrite"}), store_states.damage(root, {"objmode"}))[0],
 }
 
 
@@ -140,6 +145,22 @@ def test_every_store_state_gives_numbas_results(state, compiled, reference, tmp_
     assert_like_numba(first, reference)
     assert_like_numba(second, reference)
     assert second["stats"].get("graph.miss", 0) == 0, "the first process stored every kernel"
+
+
+@pytest.mark.slow
+def test_the_large_model_with_its_graph_entry_gone_gives_numbas_results(tmp_path):
+    """The largest model, in the state of issue 13's bug: a rewrite hit, the graph kernel
+    compiled from the restored graph, then loaded by the next process."""
+    expected = compile_in_child(["large"], tmp_path / "unused", reference=True)["numba"]
+    root = tmp_path / "store"
+    runs = [compile_in_child(["large"], root)]
+    assert store_states.remove(root, {"graph"}) > 0
+    runs += [compile_in_child(["large"], root) for _ in range(2)]
+    assert runs[1]["stats"].get("rewrite.hit") == 1 and runs[1]["stats"].get("graph.miss") == 1
+    assert runs[2]["stats"].get("graph.hit") == 1
+    for run in runs:
+        assert differences(run["values"], expected) == [], run["stats"]
+    assert runs[2]["values"] == runs[1]["values"]
 
 
 # What verify says of references
