@@ -1,6 +1,6 @@
 """PyMC users, who never call PyTensor themselves: pm.sample() after numba_cache.activate().
 
-Each run is a fresh process (tests/pymc_run.py) sampling a small hierarchical
+Each run is a fresh process (benchmarks/pymc_child.py) sampling a small hierarchical
 model with 2 chains on 2 cores; tests/process_probe records every numba compile
 of the parent and of every worker it starts. For each sampler: a cold run fills
 the store, a warm run must compile nothing of the model in any process and give
@@ -32,14 +32,18 @@ DRAWS_RTOL = 1e-3
 pytestmark = pytest.mark.slow
 
 
+
+
 def run(sampler: str, mp_ctx: str, mode: str, store: Path, log: Path) -> dict:
     """One pm.sample process; its result, with the compiles of each process it started."""
     log.mkdir(parents=True)
     env = dict(os.environ, NBCACHE_DIR=str(store), NBCACHE_TEST_COMPILE_LOG=str(log),
                PYTHONPATH=os.pathsep.join([str(TESTS / "process_probe"), str(TESTS.parent)]))
     env.pop("NBCACHE_ACTIVATE", None)
-    process = subprocess.run([sys.executable, str(TESTS / "pymc_run.py"), sampler, mp_ctx, mode],
-                             env=env, capture_output=True, text=True, timeout=900, check=False)
+    spec = {"model": "small", "sampler": sampler, "mode": mode, "mp_ctx": mp_ctx}
+    process = subprocess.run([sys.executable, "-m", "benchmarks.pymc_child", json.dumps(spec)],
+                             cwd=TESTS.parent, env=env, capture_output=True, text=True,
+                             timeout=900, check=False)
     assert process.returncode == 0, process.stderr[-5000:]
     result = json.loads(process.stdout.strip().splitlines()[-1])
     result["processes"] = {
@@ -89,7 +93,7 @@ def test_pm_sample_warm_compiles_nothing_of_the_model_in_any_process(
     cold = run(sampler, mp_ctx, "numba_cache", store, tmp_path / "cold")
     warm = run(sampler, mp_ctx, "numba_cache", store, tmp_path / "warm")
     print(json.dumps({"cold": cold["stats"], "warm": warm["stats"],
-                      "seconds": [cold["seconds"], warm["seconds"]]}))
+                      "seconds": [cold["sample_seconds"], warm["sample_seconds"]]}))
 
     assert cold["stats"].get("graph.miss", 0) > 0, "the cold run compiled through numba_cache"
     assert any(model_compiles(records) for records in cold["processes"].values()), \
