@@ -6,6 +6,8 @@ The seam tests fail loudly when PyTensor moves a name activation replaces.
 
 from __future__ import annotations
 
+import json
+
 import numba
 import numpy as np
 import pytensor
@@ -178,3 +180,61 @@ def test_a_cfunc_calls_the_stored_kernel_without_linking_it(data_function):
     functions = wrapper._library._final_module.functions
     assert kernels & {f.name for f in functions if f.is_declaration}
     assert not kernels & {f.name for f in functions if not f.is_declaration}, "kernel linked in"
+
+
+# The startup hook: NBCACHE_ACTIVATE=1 in processes that never import numba_cache
+
+
+STARTUP_CHILD = """
+import json, site, sys
+site.addsitedir({directory!r})  # what Python does with site-packages at start
+before = "numba_cache" in sys.modules or "pytensor" in sys.modules
+report = {{"imported_before_pytensor": before}}
+if {use_pytensor}:
+    import numpy as np, pytensor, pytensor.tensor as pt
+    x = pt.dvector("x")
+    f = pytensor.function([x], pt.exp(x).sum())
+    report["value"] = float(f(np.ones(3)))
+    report["active"] = "numba_cache" in sys.modules and sys.modules["numba_cache"].is_active()
+    report["stats"] = dict(sys.modules["numba_cache"].session_stats()) if report["active"] else {{}}
+print(json.dumps(report))
+"""
+
+
+def test_the_startup_hook_activates_processes_that_never_import_numba_cache(tmp_path):
+    from numba_cache.cli import main
+
+    site_dir = tmp_path / "site-packages"
+    site_dir.mkdir()
+    assert main(["startup", "install", "--site-packages", str(site_dir)]) == 0
+
+    def child(activate: str | None, use_pytensor: bool = True) -> dict:
+        env = {"NBCACHE_DIR": str(tmp_path / "store")}
+        env |= {"NBCACHE_ACTIVATE": activate} if activate is not None else {}
+        code = STARTUP_CHILD.format(directory=str(site_dir), use_pytensor=use_pytensor)
+        return run_python(code, env)
+
+    cold, warm = child("1"), child("1")
+    assert cold["active"] and cold["stats"].get("graph.miss") == 1
+    assert warm["active"] and warm["stats"] == {"rewrite.hit": 1, "graph.hit": 1}
+    assert warm["value"] == cold["value"] == pytest.approx(3 * np.e)
+    assert child("0")["active"] is False and child(None)["active"] is False
+    # Until PyTensor is imported, the hook imports nothing.
+    assert child("1", use_pytensor=False) == {"imported_before_pytensor": False, "stderr": ""}
+
+    assert main(["startup", "remove", "--site-packages", str(site_dir)]) == 0
+    assert child("1")["active"] is False
+
+
+def test_startup_status_and_bad_input(tmp_path, capsys):
+    from numba_cache.cli import main
+
+    assert main(["startup", "status", "--json", "--site-packages", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["installed"] is False
+    assert main(["startup", "install", "--json", "--site-packages", str(tmp_path)]) == 0
+    assert json.loads(capsys.readouterr().out)["installed"] is True
+    assert main(["startup", "--site-packages", str(tmp_path)]) == 0
+    assert "NBCACHE_ACTIVATE=1" in capsys.readouterr().out
+    assert main(["startup", "install", "--site-packages", str(tmp_path / "missing")]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "missing is not a directory" in said
