@@ -4,9 +4,15 @@ Importing this package registers the ``NUMBA_CACHE`` mode::
 
     import numba_cache
     f = pytensor.function(inputs, outputs, mode="NUMBA_CACHE")
+
+or routes every numba compile of PyTensor through the cache, ``mode="NUMBA"``,
+PyMC and nutpie included (see :mod:`numba_cache.activation`)::
+
+    numba_cache.activate()    # or NBCACHE_ACTIVATE=1 in the environment
 """
 
 from numba_cache import settings
+from numba_cache.activation import activate, deactivate, is_active
 from numba_cache.kernels.report import reset_session_stats, session_stats
 from numba_cache.kernels.uncacheable import register_uncacheable
 from numba_cache.linker import MODE_NAME, NumbaCacheLinker, numba_cache_mode, register
@@ -14,10 +20,22 @@ from numba_cache.linker import MODE_NAME, NumbaCacheLinker, numba_cache_mode, re
 __version__ = "0.1.0"
 
 register()
+try:
+    _activate_now = settings.current().activate
+except settings.SettingsError as _error:  # a bad setting never breaks an import
+    import warnings
+
+    warnings.warn(f"numba_cache is not activated: {_error}", stacklevel=2)
+else:
+    if _activate_now:
+        activate()
 
 __all__ = [
     "MODE_NAME",
     "NumbaCacheLinker",
+    "activate",
+    "deactivate",
+    "is_active",
     "numba_cache_mode",
     "register_uncacheable",
     "reset_session_stats",

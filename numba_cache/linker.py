@@ -25,6 +25,7 @@ from pytensor.link.utils import raise_with_op
 
 from numba_cache.codegen.thunk import direct_thunk
 from numba_cache.kernels import fork_safety, objmode
+from numba_cache.kernels.entry_point import entry_point
 
 MODE_NAME = "NUMBA_CACHE"
 LINKER_NAME = "numba_cache"
@@ -58,13 +59,18 @@ class NumbaCacheLinker(NumbaLinker):
         return inputs + [[value] for value in self._hidden_values]
 
     def create_jitable_thunk(self, compute_map, order, input_storage, output_storage, storage_map):
-        """PyTensor's thunk, replaced by a generated one that calls the kernel directly."""
+        """PyTensor's thunk, replaced by a generated one that calls the kernel directly.
+
+        The jitted function handed out (``Function.vm.jit_fn``) takes the graph's
+        inputs, as PyTensor's does: an entry point calling the kernel by symbol.
+        """
         thunks, output_nodes, kernel = super().create_jitable_thunk(
             compute_map, order, input_storage, output_storage, storage_map
         )
+        entry = entry_point(kernel, len(self.fgraph.inputs), self._hidden_values)
         [generic] = thunks
         if not generic.outputs:
-            return thunks, output_nodes, kernel
+            return thunks, output_nodes, entry
 
         def failed():
             raise_with_op(self.fgraph, output_nodes[0], thunk)
@@ -72,28 +78,45 @@ class NumbaCacheLinker(NumbaLinker):
         input_cells = [storage_map[variable] for variable in self.fgraph.inputs]
         thunk = direct_thunk(kernel, input_cells, self._hidden_values, generic.outputs, failed)
         thunk.inputs, thunk.outputs, thunk.lazy = generic.inputs, generic.outputs, False
-        return [thunk], output_nodes, kernel
-
-
-class NumbaCacheMode(Mode):
-    """PyTensor's ``Mode`` whose function maker loads rewritten graphs from the cache."""
-
-    @property
-    def function_maker(self):
-        from numba_cache.rewrite_cache import CachedRewriteFunctionMaker
-
-        return CachedRewriteFunctionMaker
+        return [thunk], output_nodes, entry
 
 
 def numba_cache_mode() -> Mode:
     """A new mode with numba_cache's linker and PyTensor's numba rewrites."""
-    return NumbaCacheMode(NumbaCacheLinker(), RewriteDatabaseQuery(include=["fast_run", "numba"]))
+    return Mode(NumbaCacheLinker(), RewriteDatabaseQuery(include=["fast_run", "numba"]))
+
+
+#: PyTensor's own ``Mode.function_maker`` property, which :func:`install_function_maker` wraps.
+PYTENSOR_FUNCTION_MAKER = Mode.function_maker
+
+
+def install_function_maker() -> None:
+    """Make every ``Mode`` with numba_cache's linker use the caching function maker.
+
+    ``Mode.function_maker`` (a property, the seam PyTensor's ``DebugMode`` also
+    overrides) picks the ``FunctionMaker`` that rewrites a graph. Wrapping it on
+    the class, rather than subclassing ``Mode``, keeps the rewrite level in every
+    mode rebuilt around our linker: PyMC's ``Mode(linker=mode.linker,
+    optimizer=...)``, ``clone``/``including``/``excluding`` and unpickled modes.
+    Modes with any other linker get PyTensor's function maker, unchanged.
+    """
+    if Mode.__dict__["function_maker"] is PYTENSOR_FUNCTION_MAKER:
+        Mode.function_maker = property(_function_maker, doc=PYTENSOR_FUNCTION_MAKER.__doc__)
+
+
+def _function_maker(mode: Mode):
+    if isinstance(mode.linker, NumbaCacheLinker):
+        from numba_cache.rewrite_cache import CachedRewriteFunctionMaker
+
+        return CachedRewriteFunctionMaker
+    return PYTENSOR_FUNCTION_MAKER.fget(mode)
 
 
 def register() -> None:
     """Register the ``numba_cache`` linker and the ``NUMBA_CACHE`` mode (idempotent)."""
     fork_safety.install()
     objmode.install()
+    install_function_maker()
     if LINKER_NAME not in predefined_linkers:
         register_linker(LINKER_NAME, NumbaCacheLinker())
     if MODE_NAME not in predefined_modes:

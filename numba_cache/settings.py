@@ -35,6 +35,8 @@ DEFAULTS = {
     "verify_hits": 0.0,
     # At most this many of them per process (0: no limit).
     "verify_hits_limit": 0,
+    # Route every numba compile of PyTensor through numba_cache when it is imported.
+    "activate": False,
     # The shared tier on Redis: off unless a URL is given.
     "remote": None,
     "remote_prefix": "nbcache",
@@ -58,6 +60,7 @@ ENVIRONMENT = {
     "lock_timeout": "NBCACHE_LOCK_TIMEOUT",
     "verify_hits": "NBCACHE_VERIFY_HITS",
     "verify_hits_limit": "NBCACHE_VERIFY_LIMIT",
+    "activate": "NBCACHE_ACTIVATE",
     "remote": "NBCACHE_REMOTE",
     "remote_prefix": "NBCACHE_REMOTE_PREFIX",
     "remote_readonly": "NBCACHE_REMOTE_READONLY",
@@ -188,6 +191,7 @@ _PARSERS = {
     "lock_timeout": _parse_float,
     "verify_hits": parse_fraction,
     "verify_hits_limit": parse_count,
+    "activate": parse_bool,
     "remote": _parse_remote_url,
     "remote_prefix": _parse_prefix,
     "remote_readonly": parse_bool,
@@ -212,6 +216,7 @@ class Settings:
     lock_timeout: float
     verify_hits: float
     verify_hits_limit: int
+    activate: bool
     remote: str | None
     remote_prefix: str
     remote_readonly: bool

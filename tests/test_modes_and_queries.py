@@ -22,10 +22,10 @@ from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.numba.linker import NumbaLinker
 import numba_cache
 from numba_cache import numba_cache_mode
-from numba_cache.linker import NumbaCacheLinker, NumbaCacheMode
+from numba_cache.linker import NumbaCacheLinker
 
 def both(build):
-    return build(lambda query: NumbaCacheMode(NumbaCacheLinker(), query)), build(lambda query: Mode(NumbaLinker(), query))
+    return build(lambda query: Mode(NumbaCacheLinker(), query)), build(lambda query: Mode(NumbaLinker(), query))
 
 def unpicklable_rewriter():
     scale = 1.0  # a closure: pickle cannot find it by name

@@ -4,7 +4,8 @@ One module per group of commands: :mod:`.info` (``dir``, ``stats``,
 ``fingerprint``), :mod:`.entries` (``list``, ``show``), :mod:`.maintenance`
 (``clear``, ``prune``, ``verify``), :mod:`.explain` (``explain``) and
 :mod:`.portable` (``warm``, ``export``, ``import``); :mod:`.remote` adds
-``--remote`` (the shared tier on Redis) to ``stats``, ``list`` and ``clear``; ``demo`` runs
+``--remote`` (the shared tier on Redis) to ``stats``, ``list`` and ``clear``; :mod:`.startup`
+(``startup``) installs the hook that activates numba_cache in every process; ``demo`` runs
 :mod:`numba_cache.demo`. All of them work through the store's public API. Every
 command but ``demo`` takes ``--json`` (field names in the README) and
 ``-v``/``--verbose`` (``-vv``: debug, every lookup with its key components).
@@ -24,7 +25,7 @@ import warnings
 
 from numba_cache import logs
 from numba_cache import settings as settings_module
-from numba_cache.cli import entries, explain, info, maintenance, portable, remote
+from numba_cache.cli import entries, explain, info, maintenance, portable, remote, startup
 from numba_cache.cli.access import CliError
 
 
@@ -44,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                         help="log what numba_cache does (-vv: every lookup)")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for group in (info, entries, maintenance, explain, portable, remote):
+    for group in (info, entries, maintenance, explain, portable, remote, startup):
         group.register(commands, common)
     demo = commands.add_parser("demo", help="compile a real model twice, cached and uncached")
     demo.add_argument("demo_args", nargs=argparse.REMAINDER)

@@ -1,0 +1,150 @@
+"""Benchmark ``pm.sample`` as a PyMC user runs it: numba_cache activated beside PyTensor's NUMBA.
+
+For each model (radon-style, 85 groups and 919 observations; a GP marginal
+likelihood), each sampler (PyMC's NUTS, nutpie) and each mode (``numba_cache``:
+``numba_cache.activate()``; ``NUMBA``: the built-in backend and its cache), in a
+new work directory (empty caches, see :mod:`benchmarks.modes`), two fresh
+processes: cold, then warm. Each reports the compile phase (``pm.sample`` until
+the sampler starts drawing), the sampling, and the whole process. Prints the
+medians over ``--repeat`` and the ratios to ``NUMBA`` in the same run, and
+writes ``benchmarks/PYMC.md`` and the samples in ``benchmarks/PYMC.json``.
+
+Usage: .venv/bin/python benchmarks/pymc.py [--repeat 3] [--draws 200] [--models radon gp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if __package__ in (None, ""):  # run as a script: make the `benchmarks` package importable
+    sys.path.insert(0, str(HERE.parent))
+
+from benchmarks.modes import Mode  # noqa: E402
+
+#: Run as a module, from the repository: as a script, benchmarks/ would come first on its path
+#: and ``import pymc`` would find this file.
+CHILD = [sys.executable, "-m", "benchmarks.pymc_child"]
+SAMPLERS = ("pymc", "nutpie")
+#: The two modes: numba_cache activated (in a process of its own work directory) and the built-in.
+MODES = {"numba_cache": Mode("NUMBA_CACHE", "NUMBA_CACHE"), "NUMBA": Mode("NUMBA", "NUMBA")}
+FIGURES = ("compile_seconds", "function_seconds", "cfunc_seconds", "sampling_seconds",
+           "process_seconds")
+
+
+def run_child(spec: dict, environment: dict) -> dict:
+    process = subprocess.run([*CHILD, json.dumps(spec)], env=environment, cwd=HERE.parent,
+                             capture_output=True, text=True, check=False)
+    if process.returncode != 0:
+        last = [line for line in process.stderr.splitlines() if line.strip()][-1:]
+        raise RuntimeError(f"{spec}: {''.join(last)}")
+    result = json.loads(process.stdout.strip().splitlines()[-1])
+    del result["draws"]
+    return result
+
+
+def measure(models: list[str], repeat: int, draws: int, log) -> dict:
+    """samples[model][sampler][mode][run][figure] -> list of values, and the counters seen."""
+    samples: dict = {}
+    for index in range(repeat):
+        for model in models:
+            for sampler in SAMPLERS:
+                for mode, benchmark_mode in MODES.items():
+                    with tempfile.TemporaryDirectory(prefix="nbcache-pymc-") as workdir:
+                        environment = benchmark_mode.environment(Path(workdir))
+                        spec = {"model": model, "sampler": sampler, "mode": mode, "draws": draws}
+                        for run in ("cold", "warm"):
+                            result = run_child(spec, environment)
+                            figures = samples.setdefault(model, {}).setdefault(sampler, {}) \
+                                .setdefault(mode, {}).setdefault(run, {})
+                            for figure in FIGURES:
+                                figures.setdefault(figure, []).append(result[figure])
+                            figures.setdefault("stats", []).append(result["stats"])
+                            log(f"[{index + 1}/{repeat}] {model} {sampler} {mode} {run}: "
+                                f"compile {result['compile_seconds']:.2f} s "
+                                f"(cfunc {result['cfunc_seconds']:.2f} s), "
+                                f"sampling {result['sampling_seconds']:.2f} s, "
+                                f"process {result['process_seconds']:.2f} s")
+    return samples
+
+
+def median(values: list) -> float:
+    return statistics.median(values)
+
+
+def table(samples: dict) -> list[str]:
+    lines = ["| model | sampler | run | figure | numba_cache | NUMBA | ratio |",
+             "|---|---|---|---|---|---|---|"]
+    for model, samplers in samples.items():
+        for sampler, modes in samplers.items():
+            for run in ("cold", "warm"):
+                for figure in FIGURES:
+                    if figure == "cfunc_seconds" and sampler != "nutpie":
+                        continue
+                    ours = median(modes["numba_cache"][run][figure])
+                    builtin = median(modes["NUMBA"][run][figure])
+                    lines.append(f"| {model} | {sampler} | {run} | {figure.split('_')[0]} | "
+                                 f"{ours:.2f} s | {builtin:.2f} s | {ours / builtin:.2f}× |")
+    return lines
+
+
+def write_report(samples: dict, arguments, minutes: float) -> str:
+    from benchmarks.run import machine
+
+    facts = machine()
+    warm_stats = {f"{model} {sampler}": modes["numba_cache"]["warm"]["stats"][0]
+                  for model, samplers in samples.items() for sampler, modes in samplers.items()}
+    lines = [
+        "# pm.sample: numba_cache activated beside PyTensor's NUMBA",
+        "",
+        f"Generated by `.venv/bin/python benchmarks/pymc.py --repeat {arguments.repeat} "
+        f"--draws {arguments.draws}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC in "
+        f"{minutes:.1f} min; do not edit, run the command again.",
+        "",
+        f"- CPU: {facts['cpu']} (LLVM `{facts['llvm_cpu']}`), {facts['nproc']} cores; "
+        f"load average {facts['load_average']:.2f} at the end",
+        f"- numba_cache source: {facts['source']}",
+        f"- `pm.sample(draws={arguments.draws}, tune={arguments.draws}, chains=2, cores=2)`, "
+        "each run a fresh process; cold: empty caches, warm: the cold run's caches",
+        "- compile: `pm.sample` until the sampler draws (its time less PyMC's `sampling_time`); "
+        "function: the part of it in `pytensor.function` calls (rewriting, linking; kernels "
+        "load at the first call); cfunc: the part numba spends compiling nutpie's `numba.cfunc` "
+        "wrappers; "
+        "sampling: PyMC's `sampling_time`; process: interpreter start to the end of `pm.sample`",
+        f"- medians of {arguments.repeat}; ratio: numba_cache / NUMBA, measured in the same run",
+        "",
+        *table(samples),
+        "",
+        "numba_cache's counters in the first warm parent process: "
+        + "; ".join(f"{name}: {stats}" for name, stats in warm_stats.items()),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--draws", type=int, default=200)
+    parser.add_argument("--models", nargs="+", default=["radon", "gp"], choices=["small", "radon", "gp"])
+    parser.add_argument("--output", type=Path, default=HERE / "PYMC.md")
+    arguments = parser.parse_args()
+    started = time.perf_counter()
+    samples = measure(arguments.models, arguments.repeat, arguments.draws,
+                      log=lambda line: print(line, file=sys.stderr, flush=True))
+    report = write_report(samples, arguments, (time.perf_counter() - started) / 60)
+    arguments.output.write_text(report)
+    arguments.output.with_suffix(".json").write_text(json.dumps(samples, indent=1))
+    print(report)
+
+
+if __name__ == "__main__":
+    main()

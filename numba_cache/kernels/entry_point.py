@@ -1,0 +1,101 @@
+"""A graph kernel as numba code elsewhere calls it: by the graph's inputs alone, by symbol.
+
+PyTensor's JIT linker hands out the compiled graph as ``Function.vm.jit_fn``,
+and code that builds numba functions of its own around a PyTensor function
+(nutpie wraps it in a ``numba.cfunc``) calls it with the graph's inputs. A
+numba_cache kernel takes its hidden constants (:mod:`numba_cache.keys.constants`)
+as trailing arguments, so it is handed out behind an *entry point*: a small
+numba function of the inputs alone that calls the stored kernel by its symbol.
+
+Calling by symbol, rather than as numba calls one dispatcher from another, keeps
+the kernel's object code out of the caller's module: the caller's compile does
+not link and optimise the whole graph a second time (nutpie#334 measured 40 s
+of a 260 s compile doing that), and the caller runs exactly the machine code the
+store holds, the bits a Python call of the same function gives.
+
+The hidden constants are passed as arrays over the buffers this process holds:
+their addresses are frozen into the entry point's code, which is therefore
+never cached (numba does not cache a dispatcher created without ``cache=True``);
+the entry point keeps the arrays alive.
+
+numba internals used here, all public in numba's extension API except the
+calling convention (``context.call_conv``), which PyTensor's own numba backend
+relies on too: ``Dispatcher.overloads``, ``CompileResult.fndesc.mangled_name``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def entry_point(dispatcher, n_inputs: int, hidden_values: Sequence[np.ndarray]):
+    """A numba function of `n_inputs` arguments returning ``dispatcher(*inputs, *hidden_values)``."""
+    from numba import njit
+
+    from numba_cache.codegen.module import compile_function
+
+    call = _kernel_call(dispatcher, tuple(hidden_values))
+    arguments = ", ".join(f"i{position}" for position in range(n_inputs))
+    source = f"def entry({arguments}):\n    return call(({arguments}{',' if n_inputs == 1 else ''}))\n"
+    function = compile_function(source, "entry", f"<numba_cache entry point {n_inputs}>",
+                                {"call": call})
+    entry = njit(function)
+    entry.kernel = dispatcher
+    entry.hidden_values = hidden_values  # their buffers are addressed by the compiled code
+    return entry
+
+
+def _kernel_call(dispatcher, hidden_values: tuple):
+    from numba import typeof
+    from numba.core import cgutils
+    from numba.extending import intrinsic
+
+    hidden_types = tuple(typeof(value) for value in hidden_values)
+
+    @intrinsic
+    def call(typingctx, inputs_type):
+        input_types = tuple(inputs_type)
+        signature_types = input_types + hidden_types
+        dispatcher.compile(signature_types)  # loads the kernel from the store, or compiles it
+        result = dispatcher.overloads[signature_types]
+        return_type = result.signature.return_type
+
+        def codegen(context, builder, signature, arguments):
+            inputs = cgutils.unpack_tuple(builder, arguments[0], len(input_types))
+            hidden = [_array_over(context, builder, array_type, value)
+                      for array_type, value in zip(hidden_types, hidden_values, strict=True)]
+            function_type = context.call_conv.get_function_type(
+                return_type, result.signature.args)
+            function = cgutils.get_or_insert_function(
+                builder.module, function_type, result.fndesc.mangled_name)
+            status, value = context.call_conv.call_function(
+                builder, function, return_type, result.signature.args, [*inputs, *hidden])
+            with cgutils.if_unlikely(builder, status.is_error):
+                context.call_conv.return_status_propagate(builder, status)
+            return value
+
+        return return_type(inputs_type), codegen
+
+    return call
+
+
+def _array_over(context, builder, array_type, value: np.ndarray):
+    """An array value of `array_type` viewing `value`'s buffer (no meminfo: not owned)."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.np.arrayobj import populate_array
+
+    intp = context.get_value_type(types.intp)
+    array = context.make_array(array_type)(context, builder)
+    data_type = context.get_data_type(array_type.dtype).as_pointer()
+    populate_array(
+        array,
+        data=builder.inttoptr(ir.Constant(intp, value.ctypes.data), data_type),
+        shape=cgutils.pack_array(builder, [ir.Constant(intp, n) for n in value.shape]),
+        strides=cgutils.pack_array(builder, [ir.Constant(intp, n) for n in value.strides]),
+        itemsize=ir.Constant(intp, value.itemsize),
+        meminfo=None,
+    )
+    return array._getvalue()

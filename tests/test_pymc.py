@@ -1,0 +1,115 @@
+"""PyMC users, who never call PyTensor themselves: pm.sample() after numba_cache.activate().
+
+Each run is a fresh process (benchmarks/pymc_child.py) sampling a small hierarchical
+model with 2 chains on 2 cores; tests/process_probe records every numba compile
+of the parent and of every worker it starts. For each sampler: a cold run fills
+the store, a warm run must compile nothing of the model in any process and give
+the cold run's draws bit for bit; PyTensor's built-in ``NUMBA`` samples the same
+seed as the reference.
+
+Draws against the built-in: NUTS amplifies differences in the last bits of the
+gradient (numba_cache's generated code is not PyTensor's; see
+numba_cache/compare.py), so after 60 iterations the draws agree to about 1e-6,
+not bit for bit. The test states the bound it holds them to.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+TESTS = Path(__file__).parent
+
+#: Relative difference allowed between numba_cache's draws and the built-in's (see above).
+DRAWS_RTOL = 1e-3
+
+pytestmark = pytest.mark.slow
+
+
+
+
+def run(sampler: str, mp_ctx: str, mode: str, store: Path, log: Path) -> dict:
+    """One pm.sample process; its result, with the compiles of each process it started."""
+    log.mkdir(parents=True)
+    env = dict(os.environ, NBCACHE_DIR=str(store), NBCACHE_TEST_COMPILE_LOG=str(log),
+               PYTHONPATH=os.pathsep.join([str(TESTS / "process_probe"), str(TESTS.parent)]))
+    env.pop("NBCACHE_ACTIVATE", None)
+    spec = {"model": "small", "sampler": sampler, "mode": mode, "mp_ctx": mp_ctx}
+    process = subprocess.run([sys.executable, "-m", "benchmarks.pymc_child", json.dumps(spec)],
+                             cwd=TESTS.parent, env=env, capture_output=True, text=True,
+                             timeout=900, check=False)
+    assert process.returncode == 0, process.stderr[-5000:]
+    result = json.loads(process.stdout.strip().splitlines()[-1])
+    result["processes"] = {
+        int(path.stem): [json.loads(line) for line in path.read_text().splitlines()]
+        for path in log.glob("*.jsonl")
+    }
+    return result
+
+
+def model_compiles(records: list) -> list[str]:
+    """The compiles of the model's own code: numba_cache's kernels or PyTensor's functions
+    (PyTensor generates some without a module), not numba's library, numba_cache's
+    self-test or entry points, nor a sampler's own wrappers."""
+    def of_the_model(module: str | None, name: str) -> bool:
+        if module == "numba_cache.codegen.generated":
+            return name != "entry"
+        return module is None or module.startswith("pytensor")
+
+    return [f"{r['module']}:{r['name']}" for r in records
+            if "module" in r and of_the_model(r["module"], r["name"])]
+
+
+def assert_close_draws(draws: dict, reference: dict) -> None:
+    relative = max(float(np.max(np.abs(np.asarray(v) - reference[n]) / np.abs(reference[n])))
+                   for n, v in draws.items())
+    print(f"draws vs NUMBA: {relative:.2e} relative at most")
+    for name, values in draws.items():
+        values, expected = np.asarray(values), np.asarray(reference[name])
+        assert values.shape == expected.shape, name
+        assert np.allclose(values, expected, rtol=DRAWS_RTOL, atol=1e-8), (
+            name, float(np.max(np.abs(values - expected))))
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory) -> dict:
+    """The built-in NUMBA's draws, per sampler (the start method does not change them)."""
+    root = tmp_path_factory.mktemp("numba")
+    return {sampler: run(sampler, "fork", "NUMBA", root / "unused", root / sampler)["draws"]
+            for sampler in ("pymc", "nutpie")}
+
+
+@pytest.mark.parametrize("sampler, mp_ctx", [("pymc", "fork"), ("pymc", "spawn"),
+                                             ("nutpie", "fork")])
+def test_pm_sample_warm_compiles_nothing_of_the_model_in_any_process(
+        sampler, mp_ctx, references, tmp_path):
+    store = tmp_path / "store"
+    cold = run(sampler, mp_ctx, "numba_cache", store, tmp_path / "cold")
+    warm = run(sampler, mp_ctx, "numba_cache", store, tmp_path / "warm")
+    print(json.dumps({"cold": cold["stats"], "warm": warm["stats"],
+                      "seconds": [cold["sample_seconds"], warm["sample_seconds"]]}))
+
+    assert cold["stats"].get("graph.miss", 0) > 0, "the cold run compiled through numba_cache"
+    assert any(model_compiles(records) for records in cold["processes"].values()), \
+        "the probe saw none of the cold run's compiles"
+    assert warm["stats"].get("graph.hit", 0) > 0
+    assert not any(key.endswith(".miss") for key in warm["stats"]), warm["stats"]
+    # Every graph skipped rewriting too: the rewrite level survived PyMC's Mode rebuild.
+    assert warm["stats"].get("rewrite.hit") == warm["stats"]["graph.hit"], warm["stats"]
+    parent = [pid for pid, records in warm["processes"].items()
+              if records[0]["started"] not in warm["processes"]]
+    assert len(parent) == 1
+    workers = [pid for pid in warm["processes"] if pid not in parent]
+    if sampler == "pymc":  # nutpie samples in threads of the parent
+        assert len(workers) >= 2, "the chains' worker processes were not observed"
+    for pid, records in warm["processes"].items():
+        assert model_compiles(records) == [], ("parent" if pid in parent else "worker", pid)
+
+    assert warm["draws"] == cold["draws"], "warm draws differ from cold ones"
+    assert_close_draws(warm["draws"], references[sampler])
