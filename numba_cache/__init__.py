@@ -12,7 +12,7 @@ PyMC and nutpie included (see :mod:`numba_cache.activation`)::
 """
 
 from numba_cache import settings
-from numba_cache.activation import activate, deactivate, is_active
+from numba_cache.activation import activate, activate_if_asked, deactivate, is_active
 from numba_cache.kernels.report import reset_session_stats, session_stats
 from numba_cache.kernels.uncacheable import register_uncacheable
 from numba_cache.linker import MODE_NAME, NumbaCacheLinker, numba_cache_mode, register
@@ -20,15 +20,7 @@ from numba_cache.linker import MODE_NAME, NumbaCacheLinker, numba_cache_mode, re
 __version__ = "0.1.0"
 
 register()
-try:
-    _activate_now = settings.current().activate
-except settings.SettingsError as _error:  # a bad setting never breaks an import
-    import warnings
-
-    warnings.warn(f"numba_cache is not activated: {_error}", stacklevel=2)
-else:
-    if _activate_now:
-        activate()
+activate_if_asked()
 
 __all__ = [
     "MODE_NAME",

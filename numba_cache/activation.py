@@ -27,7 +27,12 @@ function compiled through it.
 
 from __future__ import annotations
 
+import os
+import warnings
+
 from pytensor.compile import mode as mode_module
+
+from numba_cache import settings
 
 from numba_cache.linker import numba_cache_mode
 
@@ -43,6 +48,25 @@ _originals: list | None = None
 
 def is_active() -> bool:
     return _originals is not None
+
+
+def activate_if_asked() -> None:
+    """Activate if ``NBCACHE_ACTIVATE`` says so (numba_cache's import calls this).
+
+    Only that setting is read: another bad setting is reported where it is used.
+    A value that is not a boolean is warned about, never raised: an import must not fail.
+    """
+    variable = settings.ENVIRONMENT["activate"]
+    text = os.environ.get(variable)
+    if text is None or not text.strip():
+        return
+    try:
+        wanted = settings.parse_bool(text, variable)
+    except settings.SettingsError as error:
+        warnings.warn(f"numba_cache is not activated: {error}", stacklevel=3)
+        return
+    if wanted:
+        activate()
 
 
 def activate() -> None:

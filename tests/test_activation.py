@@ -238,3 +238,9 @@ def test_startup_status_and_bad_input(tmp_path, capsys):
     assert main(["startup", "install", "--site-packages", str(tmp_path / "missing")]) == 2
     said = capsys.readouterr().err
     assert said.count("\n") == 1 and "missing is not a directory" in said
+
+
+def test_the_startup_hook_reads_the_setting_as_settings_does():
+    from numba_cache import settings, startup
+
+    assert set(startup.TRUE_WORDS) == settings._TRUE

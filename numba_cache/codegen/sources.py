@@ -17,7 +17,9 @@ from pytensor.graph.basic import Constant
 #: 3: nodes in :func:`numba_cache.keys.order.execution_order`, not ``fgraph.toposort()``
 #: (version 2 kernels compiled from a graph restored by the rewrite cache could
 #: run an inplace op before a reader of its input).
-CODEGEN_VERSION = 3
+#: 4: graph entries carry the warnings of their conversion (replayed on a hit), which
+#: version 3 entries lack.
+CODEGEN_VERSION = 4
 
 _IDENTIFIER_UNSAFE = re.compile(r"\W+")
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from numba.core.caching import _Cache
 
-from numba_cache.kernels import collisions, objmode, report
+from numba_cache.kernels import collisions, objmode, replay, report
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.store import Entry, StoreWarning
@@ -58,6 +58,9 @@ class KernelCache(_Cache):
         self._verdict_is_stored = False
         self._prepared = False
         self._entry: Entry | None = None
+        self._prefetched: Entry | None = None
+        #: The warnings of `prepare` (a graph's conversion), stored with the entry.
+        self._warnings: list[dict] = []
         self._held_locks: list[list] = []
         #: Entries of hits being verified (:mod:`.collisions`), by numba signature.
         self._verifying: dict = {}
@@ -103,7 +106,9 @@ class KernelCache(_Cache):
             self._run_prepare()
             return None
         fingerprint = self._context.fingerprint.digest
-        entry = self._context.store.load(fingerprint, self._key.digest)
+        entry, self._prefetched = self._prefetched, None
+        if entry is None:
+            entry = self._context.store.load(fingerprint, self._key.digest)
         cres = self._load_from(entry, sig, target_context)
         if cres is None and self._verdict is None and self._held_locks:
             lock = self._context.store.lock(fingerprint, self._key.digest)
@@ -153,11 +158,24 @@ class KernelCache(_Cache):
             self._context.store.remove(self._context.fingerprint.digest, self._key.digest)
             return None
 
+    def prefetch(self) -> Entry | None:
+        """The stored entry, read ahead of numba's first lookup (which then uses it)."""
+        if not self._persistent:
+            return None
+        self._prefetched = self._context.store.load(
+            self._context.fingerprint.digest, self._key.digest)
+        return self._prefetched
+
+    def prepare_now(self) -> None:
+        """Run `prepare` before numba asks: on a miss, a graph converts when PyTensor's does."""
+        self._run_prepare()
+
     def _run_prepare(self):
         if self._prepare is None or self._prepared:
             return
         self._prepared = True
-        verdict = self._prepare()
+        with replay.recording() as self._warnings:
+            verdict = self._prepare()
         if verdict is not None and self._verdict is None:
             self._verdict = verdict
             report.uncacheable(self._context, self._key, verdict)
@@ -205,6 +223,8 @@ class KernelCache(_Cache):
         components = dict(self._key.components)
         if verdict is not None:
             components["detail"] = verdict.detail
+        if cacheable and self._warnings:  # an uncacheable kernel converts, and warns, every time
+            blobs = blobs | {replay.WARNINGS_BLOB: replay.encode(self._warnings)}
         entry = Entry(
             key=self._key.digest,
             fingerprint=self._context.fingerprint.digest,

@@ -19,6 +19,7 @@ from numba_cache.keys.kernels import graph_kernel_key
 from numba_cache.keys.order import execution_order
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.conversion import op_kernel, source_label
+from numba_cache.kernels import replay
 from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 
@@ -77,7 +78,23 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
     dispatcher = cached_dispatcher(
         function, cache, called_from_python=True, fastmath=config.numba__fastmath
     )
+    _tell_what_conversion_tells(cache)
     return GraphKernel(dispatcher, [hidden_value(constant) for constant in generated.hidden])
+
+
+def _tell_what_conversion_tells(cache: KernelCache) -> None:
+    """Warn or raise now, inside ``pytensor.function()``, as PyTensor's ``NUMBA`` does.
+
+    On a miss the graph is converted now (numba still compiles at the first
+    call, as with ``NUMBA``), so its warnings and conversion errors reach the
+    user here; on a hit, the stored warnings of that conversion are told again
+    (:mod:`.replay`) and nothing is converted.
+    """
+    entry = cache.prefetch()
+    if entry is not None and entry.cacheable:
+        replay.emit(replay.decode(entry.blobs.get(replay.WARNINGS_BLOB)))
+    else:
+        cache.prepare_now()
 
 
 def _register_argument_types(fgraph) -> None:

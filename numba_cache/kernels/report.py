@@ -1,4 +1,4 @@
-"""What happened to each kernel lookup: counters, the debug log, observers, warnings.
+"""What happened to each kernel lookup: counters, the log, observers.
 
 Counter names: ``graph.hit``, ``op.miss``, ``uncacheable:<reason>``, ``corrupt``...
 The session counters (this process) are what tests and the demo read; the store
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,10 +36,6 @@ class Lookup:
 
 
 _observers: list[Callable[[Lookup], None]] = []
-
-
-class UncacheableKernelWarning(UserWarning):
-    """A kernel was compiled but will not be persisted (once per op type and reason)."""
 
 
 def session_stats() -> Counter:
@@ -100,13 +95,17 @@ def observe_lookups(callback: Callable[[Lookup], None] | None = None) -> Iterato
 
 
 def uncacheable(context, key, verdict) -> None:
-    """Count an uncacheable kernel; warn once per process per op and reason."""
+    """Count an uncacheable kernel; log it once per process per op and reason.
+
+    Logged (``NBCACHE_LOG=info``), counted (``numba-cache stats``) and kept as a
+    marker (``list``, ``explain``), not warned: a compile through numba_cache
+    tells the user what PyTensor's ``NUMBA`` tells, no more (a test suite run
+    with ``-W error`` passes or fails as it does with ``NUMBA``).
+    """
     record(context, f"uncacheable:{verdict.reason}")
     lookup(context, key, f"uncacheable ({verdict.reason})")
     subject = key.components.get("op_type", key.kind)
     if (subject, verdict.reason) in _warned:
         return
     _warned.add((subject, verdict.reason))
-    message = f"numba_cache will not persist the kernel of {key.summary}: {verdict.detail}"
-    logger.info(message)
-    warnings.warn(message, UncacheableKernelWarning, stacklevel=2)
+    logger.info("numba_cache will not persist the kernel of %s: %s", key.summary, verdict.detail)

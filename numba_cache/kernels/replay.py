@@ -1,0 +1,77 @@
+"""What converting a graph told the user, recorded with its kernel and told again on a hit.
+
+PyTensor's ``NUMBA`` mode converts every op while ``pytensor.function()`` builds
+the function, and that is where it warns (``Numba will use object mode to run
+<Op>'s perform method``: part of the graph will run at Python speed) or raises
+(an op it cannot convert). numba_cache converts on a miss only, so it converts
+at the same moment (see :func:`numba_cache.kernels.graph.graph_kernel`) and keeps
+the warnings of that conversion with the graph's entry, as ccache keeps a
+compiler's stderr: a hit tells them again, in order, at the same point.
+
+Warnings are recorded, then emitted again through :func:`warnings.warn_explicit`
+with their category, message and origin, so the user's filters apply to them as
+to the originals (``pytest.warns``, ``filterwarnings("error")``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import warnings
+from collections.abc import Iterator
+
+#: The blob of a graph entry holding its conversion warnings (JSON, a list).
+WARNINGS_BLOB = "warnings"
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[dict]]:
+    """Collect the warnings raised inside, then emit them again for the user's filters."""
+    recorded: list[dict] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                yield recorded
+            finally:
+                recorded.extend(_describe(warning) for warning in caught)
+    finally:  # what was said before an error is said too, as without recording
+        emit(recorded)
+
+
+def emit(recorded: list[dict]) -> None:
+    """Warn each recorded warning again, in order."""
+    for warning in recorded:
+        warnings.warn_explicit(warning["message"], _category(warning["category"]),
+                               warning["filename"], warning["lineno"])
+
+
+def encode(recorded: list[dict]) -> bytes:
+    return json.dumps(recorded).encode()
+
+
+def decode(blob: bytes | None) -> list[dict]:
+    """The warnings stored in `blob`; none for an entry stored without any."""
+    if not blob:
+        return []
+    return json.loads(blob)
+
+
+def _describe(warning: warnings.WarningMessage) -> dict:
+    category = warning.category
+    return {"category": f"{category.__module__}:{category.__qualname__}",
+            "message": str(warning.message), "filename": warning.filename,
+            "lineno": warning.lineno}
+
+
+def _category(name: str) -> type[Warning]:
+    """The warning class named ``module:qualname``; UserWarning if it cannot be found."""
+    module, _, qualname = name.partition(":")
+    try:
+        found = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return UserWarning
+    return found if isinstance(found, type) and issubclass(found, Warning) else UserWarning
