@@ -13,7 +13,6 @@ import atexit
 import contextlib
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 
 from numba_cache.codegen.module import compile_function
@@ -35,10 +34,8 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
     from pytensor import config
 
     op = node.op
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
+    with replay.recording() as said:
         impl, pytensor_key = _funcify(node, context, storage_map, ofg_memo)
-    replay.emit([replay.describe(warning) for warning in said])
     verdict = registered_reason(op)
     if verdict is None and pytensor_key is None:
         verdict = _no_key_verdict(op, said)
@@ -63,9 +60,9 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
     return dispatcher, verdict
 
 
-def _no_key_verdict(op, said: list) -> Uncacheable:
+def _no_key_verdict(op, said: list[dict]) -> Uncacheable:
     """Why PyTensor gave `op` no cache key: object mode when its conversion said so."""
-    if any(str(warning.message).startswith(OBJECT_MODE_FALLBACK) for warning in said):
+    if any(warning["message"].startswith(OBJECT_MODE_FALLBACK) for warning in said):
         return Uncacheable(
             "object-mode-op",
             f"PyTensor runs {type(op).__qualname__} in object mode (its perform method, "

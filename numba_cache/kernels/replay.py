@@ -35,7 +35,7 @@ def recording() -> Iterator[list[dict]]:
             try:
                 yield recorded
             finally:
-                recorded.extend(describe(warning) for warning in caught)
+                recorded.extend(_describe(warning) for warning in caught)
     finally:  # what was said before an error is said too, as without recording
         emit(recorded)
 
@@ -58,7 +58,7 @@ def decode(blob: bytes | None) -> list[dict]:
     return json.loads(blob)
 
 
-def describe(warning: warnings.WarningMessage) -> dict:
+def _describe(warning: warnings.WarningMessage) -> dict:
     category = warning.category
     return {"category": f"{category.__module__}:{category.__qualname__}",
             "message": str(warning.message), "filename": warning.filename,
