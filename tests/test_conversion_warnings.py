@@ -11,6 +11,8 @@ through numba_cache verbatim, under ``filterwarnings("error")`` as they do there
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from helpers import run_python
@@ -145,7 +147,7 @@ def run(mode: str, store) -> dict:
 def reports(tmp_path_factory) -> dict:
     store = tmp_path_factory.mktemp("warnings") / "store"
     return {"NUMBA": run("NUMBA", store), "cold": run("NUMBA_CACHE", store),
-            "warm": run("NUMBA_CACHE", store)}
+            "warm": run("NUMBA_CACHE", store), "store": store}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -172,7 +174,25 @@ def test_the_warm_process_replays_from_the_store(reports):
     came from the store; the graphs with object-mode ops are compiled fresh, as before."""
     warm, cold = reports["warm"]["stats"], reports["cold"]["stats"]
     assert warm.get("graph.hit") == 2 and warm.get("graph.miss", 0) == 0, warm
-    assert cold.get("graph.miss") == 2, cold
+    assert warm.get("uncacheable:contains-uncacheable") == 3, warm  # their stored markers
+    # Cold: five graphs compiled (the unconvertible one raised before), three of them uncacheable.
+    assert cold.get("graph.miss") == 5 and cold.get("uncacheable:contains-uncacheable") == 3, cold
+
+
+def test_object_mode_ops_show_where_users_look(reports):
+    """'Why is my warm model slow?': list and stats name the ops that run in object mode."""
+    from reliability import numba_cache_cli
+
+    env = {"NBCACHE_DIR": str(reports["store"])}
+    listed = json.loads(numba_cache_cli("list", "--json", env=env).stdout)
+    object_mode = [e for e in listed["entries"] if e["reason"] == "object-mode-op"]
+    summaries = [e["summary"] for e in object_mode]
+    assert any("ARange" in s for s in summaries) and any("PerformOnly" in s for s in summaries), \
+        [e["summary"] for e in listed["entries"]]
+    graphs = [e for e in listed["entries"] if e["kind"] == "graph" and not e["cacheable"]]
+    assert len(graphs) == 3 and all(e["reason"] == "contains-uncacheable" for e in graphs)
+    stats = json.loads(numba_cache_cli("stats", "--json", env=env).stdout)
+    assert stats["counters"]["uncacheable:object-mode-op"] >= 3
 
 
 PYTENSOR_TESTS = """

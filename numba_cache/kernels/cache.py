@@ -56,6 +56,10 @@ class KernelCache(_Cache):
         self._prepare = prepare
         self._verdict = verdict
         self._verdict_is_stored = False
+        #: The verdict came from `prepare`, which may run before numba's lookup: that
+        #: lookup is then still a miss (a marker in the store would decide otherwise).
+        self._verdict_from_prepare = False
+        self._verdict_reported = False
         self._prepared = False
         self._entry: Entry | None = None
         self._prefetched: Entry | None = None
@@ -101,8 +105,8 @@ class KernelCache(_Cache):
 
     def load_overload(self, sig, target_context):
         if not self._persistent:
-            if self._verdict is not None:
-                report.uncacheable(self._context, self._key, self._verdict)
+            if self._verdict is not None and not self._verdict_from_prepare:
+                self._report_verdict()
             self._run_prepare()
             return None
         fingerprint = self._context.fingerprint.digest
@@ -125,13 +129,19 @@ class KernelCache(_Cache):
                 self._run_prepare()
                 return None  # numba compiles; save_overload compares
             return cres
-        if self._verdict is not None:
-            report.uncacheable(self._context, self._key, self._verdict)
+        if self._verdict is not None and not self._verdict_from_prepare:
+            self._report_verdict()
         else:
             report.record(self._context, f"{self._key.kind}.miss")
             report.lookup(self._context, self._key, "miss")
         self._run_prepare()
         return None
+
+    def _report_verdict(self) -> None:
+        """Count and log this kernel's verdict, once, whenever it became known."""
+        if not self._verdict_reported:
+            self._verdict_reported = True
+            report.uncacheable(self._context, self._key, self._verdict)
 
     def _load_from(self, entry: Entry | None, sig, target_context):
         self._entry = entry
@@ -140,6 +150,7 @@ class KernelCache(_Cache):
         if not entry.cacheable:
             self._verdict = Uncacheable(entry.reason or "unknown", entry.components.get("detail", ""))
             self._verdict_is_stored = True
+            self._verdict_from_prepare = False
             return None
         payload = entry.blobs.get(overload_blob_name(sig))
         if payload is None:
@@ -177,8 +188,8 @@ class KernelCache(_Cache):
         with replay.recording() as self._warnings:
             verdict = self._prepare()
         if verdict is not None and self._verdict is None:
-            self._verdict = verdict
-            report.uncacheable(self._context, self._key, verdict)
+            self._verdict, self._verdict_from_prepare = verdict, True
+            self._report_verdict()
 
     def save_overload(self, sig, cres):
         if not self._persistent or self._verdict_is_stored:
@@ -196,7 +207,7 @@ class KernelCache(_Cache):
         if verdict is not None:
             if self._verdict is None:
                 self._verdict = verdict
-                report.uncacheable(self._context, self._key, verdict)
+            self._report_verdict()
             self._save(cacheable=False, verdict=verdict, blobs={})
             self._verdict_is_stored = True
             return

@@ -18,10 +18,15 @@ from pathlib import Path
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import identifier, kernel_source
 from numba_cache.keys.kernels import op_kernel_key
+from numba_cache.kernels import replay
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.report import record_reuse
 from numba_cache.kernels.uncacheable import Uncacheable, registered_reason, unkeyed
+
+
+#: How PyTensor's warning that an op falls back to its perform method begins.
+OBJECT_MODE_FALLBACK = "Numba will use object mode"
 
 
 def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
@@ -29,14 +34,11 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
     from pytensor import config
 
     op = node.op
-    impl, pytensor_key = _funcify(node, context, storage_map, ofg_memo)
+    with replay.recording() as said:
+        impl, pytensor_key = _funcify(node, context, storage_map, ofg_memo)
     verdict = registered_reason(op)
     if verdict is None and pytensor_key is None:
-        verdict = Uncacheable(
-            "no-pytensor-key",
-            f"PyTensor's numba conversion of {type(op).__qualname__} gives no cache key "
-            "(a legacy registration, an object-mode fallback or an explicit opt-out)",
-        )
+        verdict = _no_key_verdict(op, said)
     try:
         key = op_kernel_key(node, str(pytensor_key), context.fingerprint)
     except Exception as exc:  # keying never fails a compile: the kernel is not persisted
@@ -56,6 +58,21 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
     if verdict is None:
         context.op_kernels[key.digest] = dispatcher
     return dispatcher, verdict
+
+
+def _no_key_verdict(op, said: list[dict]) -> Uncacheable:
+    """Why PyTensor gave `op` no cache key: object mode when its conversion said so."""
+    if any(warning["message"].startswith(OBJECT_MODE_FALLBACK) for warning in said):
+        return Uncacheable(
+            "object-mode-op",
+            f"PyTensor runs {type(op).__qualname__} in object mode (its perform method, "
+            "at Python speed, on every call)",
+        )
+    return Uncacheable(
+        "no-pytensor-key",
+        f"PyTensor's numba conversion of {type(op).__qualname__} gives no cache key "
+        "(a legacy registration or an explicit opt-out)",
+    )
 
 
 def _funcify(node, context, storage_map: dict, ofg_memo: dict):

@@ -17,9 +17,9 @@ from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
 from numba_cache.keys.kernels import graph_kernel_key
 from numba_cache.keys.order import execution_order
+from numba_cache.kernels import replay
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.conversion import op_kernel, source_label
-from numba_cache.kernels import replay
 from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 
