@@ -117,3 +117,36 @@ def test_data_constants_merged_with_each_other_are_data_bound():
     data = np.linspace(1.0, 2.0, N)
     assert not compile_and_run(two, data, X)
     assert "merged" in data_key_reasons()[0]
+
+
+def test_a_fold_whose_node_cannot_be_seen_makes_the_graph_data_bound(monkeypatch):
+    """Fail closed: if PyTensor stops holding the folded node where numba_cache looks,
+    new data is rewritten again (before, the fold was silently not followed and the
+    first data's folded constant would have been served to new data)."""
+    from numba_cache.keys import data_reads
+
+    monkeypatch.setattr(data_reads, "folded_node", lambda frame: None)
+
+    def folded(x, data):
+        return x[:N - 1] + pt.log(data)[1:] * 2.0
+
+    assert not compile_and_run(folded, np.linspace(1.0, 2.0, N), X)
+    assert not compile_and_run(folded, np.linspace(2.0, 3.0, N), X)  # equal to NUMBA's
+    (reason,) = data_key_reasons()
+    assert "could not be seen" in reason
+
+
+def test_pytensor_still_folds_with_its_node_in_a_local_named_node():
+    """The seam folded_node reads: fails loudly if PyTensor renames it."""
+    import inspect
+
+    from pytensor.tensor.rewriting import basic
+
+    from numba_cache.keys.data_reads import CONSTANT_FOLDING
+
+    module, _, name = CONSTANT_FOLDING.rpartition(".")
+    assert module == basic.__name__
+    function = getattr(basic, name)
+    code = getattr(function, "__wrapped__", function)
+    code = getattr(code, "transform", code)
+    assert "node" in inspect.signature(code).parameters or "node" in code.__code__.co_varnames

@@ -196,7 +196,13 @@ class DataReads:
         elif origin is None:
             return
         elif reader == CONSTANT_FOLDING:
-            self._fold(frame.f_locals.get("node"), constant, origin)
+            node = folded_node(frame)
+            if node is None:  # fail closed: a fold not followed would be served to new data
+                self.bound_by.append(
+                    f"constant folding read data constant {origin.position}, and the node it "
+                    "folds could not be seen (has PyTensor renamed its local 'node'?)")
+                return
+            self._fold(node, constant, origin)
         elif (summary := reader_summary(reader)) is not None:
             self.answers[(origin, reader)] = summary(_raw(constant))
         else:
@@ -204,7 +210,7 @@ class DataReads:
 
     def _fold(self, node, constant, origin) -> None:
         """Record the fold of `node` over data, unless it mixes data or has many outputs."""
-        if node is None or id(node) in self._folded_nodes:
+        if id(node) in self._folded_nodes:
             return
         self._folded_nodes.add(id(node))
         data_inputs = [i for i, x in enumerate(node.inputs) if x is constant]
@@ -368,6 +374,18 @@ class watch:
 
     def __exit__(self, *exc_info) -> None:
         _watching.reset(self._token)
+
+
+def folded_node(frame):
+    """The node PyTensor's constant folding is folding, read from its frame; None if unseen.
+
+    The upstream seam: ``unconditional_constant_folding`` holds it in its local
+    ``node`` (PyTensor 3.3). Anything else seen there counts as unseen.
+    """
+    from pytensor.graph.basic import Apply
+
+    node = frame.f_locals.get("node")
+    return node if isinstance(node, Apply) else None
 
 
 def _get_data(constant):
