@@ -1,7 +1,7 @@
 """One benchmark process: compile a model in one mode, call it, report figures as JSON.
 
 Usage: python benchmarks/child.py SPEC, SPEC a JSON object with ``function`` and
-``kwargs`` (a model of :mod:`numba_cache.models`), ``mode`` (a PyTensor mode
+``kwargs`` (a model of :mod:`numba_cache.evaluation.models`), ``mode`` (a PyTensor mode
 name) and the optional measurements ``calls`` (per-call times) and ``keys``
 (numba_cache's key computation times).
 
@@ -68,12 +68,12 @@ def _key_milliseconds(model, function) -> dict:
     process's compile looked up.
     """
     from pytensor.compile.maker import FunctionMaker
-    from pytensor.compile.rebuild import construct_function_ins_and_outs
     from pytensor.compile.mode import get_mode
+    from pytensor.compile.rebuild import construct_function_ins_and_outs
 
+    from numba_cache.integration.rewrite_cache import RewriteLookup
     from numba_cache.kernels.context import current_context
     from numba_cache.keys.kernels import graph_kernel_key
-    from numba_cache.rewrite_cache import RewriteLookup
 
     context = current_context()
     inputs, outputs = construct_function_ins_and_outs(model.inputs, model.outputs)

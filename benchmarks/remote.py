@@ -38,9 +38,9 @@ CHILD = """
 import json, time
 import numba_cache, pytensor
 from numba_cache import settings
-from numba_cache.compile_events import count_numba_compiles
+from numba_cache.evaluation.compile_events import count_numba_compiles
 from numba_cache.kernels.context import current_context
-from numba_cache.models import radon_model
+from numba_cache.evaluation.models import radon_model
 from numba_cache.store import Store
 
 model = radon_model()

@@ -260,7 +260,7 @@ def render(results: dict, modes: list[str], models: list[str], machine: dict, co
 
 def models_section(models: list[str]) -> list[str]:
     """Each model's name, from the first line of its function's docstring."""
-    from numba_cache import models as definitions
+    from numba_cache.evaluation import models as definitions
 
     lines = ["## Models", ""]
     for name in models:
@@ -297,5 +297,5 @@ def _how_to_read(modes: list[str]) -> list[str]:
         "`store` (NBCACHE_DIR), `compiledir` (PyTensor's base_compiledir, every mode) "
         "and `tmp` (TMPDIR: files left behind by the processes).",
         "- *numba compiles*: dispatcher compilations reported by numba's event API "
-        "(`numba_cache.compile_events`), nested ones included.",
+        "(`numba_cache.evaluation.compile_events`), nested ones included.",
     ]

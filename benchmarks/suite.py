@@ -28,14 +28,14 @@ from pathlib import Path
 
 from benchmarks.child import FIRST_RESULT, OURS
 from benchmarks.modes import MODES, Mode, disk_usage
-from numba_cache.models import RADON_VARIANTS
+from numba_cache.evaluation.models import RADON_VARIANTS
 
 CHILD = Path(__file__).with_name("child.py")
 
 
 @dataclass(frozen=True)
 class Model:
-    """A model of :mod:`numba_cache.models` and the graphs compiled after it is cached."""
+    """A model of :mod:`numba_cache.evaluation.models` and the graphs compiled after it is cached."""
 
     name: str
     function: str

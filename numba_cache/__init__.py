@@ -6,16 +6,16 @@ Importing this package registers the ``NUMBA_CACHE`` mode::
     f = pytensor.function(inputs, outputs, mode="NUMBA_CACHE")
 
 or routes every numba compile of PyTensor through the cache, ``mode="NUMBA"``,
-PyMC and nutpie included (see :mod:`numba_cache.activation`)::
+PyMC and nutpie included (see :mod:`numba_cache.integration.activation`)::
 
     numba_cache.activate()    # or NBCACHE_ACTIVATE=1 in the environment
 """
 
 from numba_cache import settings
-from numba_cache.activation import activate, activate_if_asked, deactivate, is_active
+from numba_cache.integration.activation import activate, activate_if_asked, deactivate, is_active
+from numba_cache.integration.linker import MODE_NAME, NumbaCacheLinker, numba_cache_mode, register
 from numba_cache.kernels.report import reset_session_stats, session_stats
 from numba_cache.kernels.uncacheable import register_uncacheable
-from numba_cache.linker import MODE_NAME, NumbaCacheLinker, numba_cache_mode, register
 
 __version__ = "0.1.0"
 

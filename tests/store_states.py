@@ -31,11 +31,11 @@ KINDS = ("rewrite", "graph", "op", "objmode")
 
 
 def evaluate(name: str, mode) -> list:
-    """Compile workload `name` (a model of numba_cache.models or a graph family) and call it."""
+    """Compile workload `name` (a model of numba_cache.evaluation.models or a graph family) and call it."""
+    import graph_families
     import pytensor
 
-    import graph_families
-    from numba_cache import models
+    from numba_cache.evaluation import models
 
     if name in graph_families.FAMILIES:
         return graph_families.evaluate(name, mode)
@@ -49,8 +49,9 @@ def as_json(values: list) -> list:
 
 
 def child(names: list[str], reference: bool) -> dict:
-    import numba_cache
     from pytensor.compile.mode import Mode
+
+    import numba_cache
 
     if reference:
         python_mode = Mode(linker="py", optimizer="fast_run")

@@ -13,16 +13,16 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from helpers import run_python
 from pytensor.compile import mode as mode_module
 from pytensor.compile.maker import FunctionMaker
 from pytensor.compile.mode import Mode, get_default_mode, get_mode
 from pytensor.link.numba.linker import NumbaLinker
 
 import numba_cache
-from helpers import run_python
-from numba_cache import activation
-from numba_cache.linker import NumbaCacheLinker
-from numba_cache.rewrite_cache import CachedRewriteFunctionMaker
+from numba_cache.integration import activation
+from numba_cache.integration.linker import NumbaCacheLinker
+from numba_cache.integration.rewrite_cache import CachedRewriteFunctionMaker
 
 
 def pytensor_seams() -> list:
@@ -107,7 +107,7 @@ def test_an_activated_default_mode_function_loads_from_the_store_in_a_fresh_proc
     code = """
     import json, numpy as np, pytensor, pytensor.tensor as pt
     import numba_cache
-    from numba_cache.compile_events import count_numba_compiles
+    from numba_cache.evaluation.compile_events import count_numba_compiles
     x = pt.dvector("x")
     with count_numba_compiles() as compiles:
         f = pytensor.function([x], [pt.exp(x).sum(), pt.grad(pt.exp(x).sum(), x)])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from helpers import run_python
 
 COMPILE_RADON = """
@@ -13,8 +12,8 @@ import json, os, time
 import numpy as np
 import pytensor
 import numba_cache
-from numba_cache.compile_events import count_numba_compiles
-from numba_cache.models import radon_model
+from numba_cache.evaluation.compile_events import count_numba_compiles
+from numba_cache.evaluation.models import radon_model
 
 model = radon_model()
 with count_numba_compiles() as compiles:
@@ -61,7 +60,7 @@ BUILTIN_NUMBA = """
 import json
 import numpy as np
 import pytensor, pytensor.tensor as pt
-from numba_cache.compile_events import count_numba_compiles
+from numba_cache.evaluation.compile_events import count_numba_compiles
 
 def builtin():
     x = pt.vector("x")

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
-
 from graph_families import FAMILIES
 from helpers import run_python
 
@@ -13,7 +9,7 @@ EVALUATE_ALL = """
 import json, warnings
 import numpy as np
 import numba_cache
-from numba_cache.compile_events import count_numba_compiles
+from numba_cache.evaluation.compile_events import count_numba_compiles
 from graph_families import FAMILIES, evaluate
 from pytensor.compile.mode import Mode
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
-
 from helpers import run_python
-from numba_cache.compare import NUMBA_ULP_BOUND, max_ulp_distance
+
+from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance
 
 #: An AMD Zen target other than the host's (the suite used to fail under Zen targets).
 OTHER_ZEN = "znver4" if llvm.get_host_cpu_name() == "znver3" else "znver3"
@@ -30,8 +30,8 @@ import json, os
 import numpy as np
 import pytensor
 import numba_cache
-from numba_cache import models
-from numba_cache.compare import digest
+from numba_cache.evaluation import models
+from numba_cache.evaluation.compare import digest
 
 report = {}
 for name in os.environ["MODELS"].split(","):
@@ -102,7 +102,7 @@ def test_radon_cold_and_warm_are_identical(target, filled, tmp_path):
 @pytest.mark.slow
 def test_every_model_cold_and_warm_are_identical_under_a_zen_target(tmp_path):
     """The Zen target that used to differ; under the host, radon is checked above."""
-    from numba_cache import models
+    from numba_cache.evaluation import models
 
     names = [name for name in dir(models) if name.endswith("_model")]
     assert len(names) >= 4, names
@@ -175,8 +175,8 @@ def test_kernels_are_compiled_self_contained():
     import numba
     import pytensor
 
+    from numba_cache.evaluation.models import radon_model
     from numba_cache.kernels.self_contained import SelfContainedLibrary, is_self_contained
-    from numba_cache.models import radon_model
 
     model = radon_model()
     function = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")

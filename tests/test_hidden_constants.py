@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytensor.tensor as pt
+from helpers import run_python
 from pytensor.graph.fg import FunctionGraph
 
-from helpers import run_python
 from numba_cache.keys import current_fingerprint
 from numba_cache.keys.graph import describe_graph
 from numba_cache.keys.kernels import graph_kernel_key
@@ -15,9 +15,9 @@ NEW_DATA = """
 import json, os
 import numpy as np, pytensor
 import numba_cache
-from numba_cache.compile_events import count_numba_compiles
-from numba_cache.compare import NUMBA_ULP_BOUND, max_ulp_distance
-from numba_cache.models import radon_model
+from numba_cache.evaluation.compile_events import count_numba_compiles
+from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance
+from numba_cache.evaluation.models import radon_model
 model = radon_model(seed=int(os.environ["SEED"]))
 reference = pytensor.function(model.inputs, model.outputs, mode="NUMBA")(*model.point)
 with count_numba_compiles() as compiles:

@@ -34,8 +34,8 @@ from pytensor.xtensor.random.type import XRandomGeneratorType
 from pytensor.xtensor.type import XTensorType
 
 from numba_cache.keys.fingerprint import current_fingerprint
+from numba_cache.keys.graph import describe_op
 from numba_cache.keys.kernels import graph_kernel_key, op_kernel_key
-from numba_cache.keys.ops import describe_op
 
 FINGERPRINT = current_fingerprint()
 

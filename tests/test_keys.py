@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytensor.tensor as pt
 import pytest
+from helpers import run_python
 from pytensor.graph.fg import FunctionGraph
 
-from helpers import run_python
 from numba_cache.keys.fingerprint import Fingerprint, current_fingerprint
 from numba_cache.keys.graph import describe_graph
 from numba_cache.keys.kernels import graph_kernel_key
@@ -17,7 +17,7 @@ import json, pytensor
 import numba_cache
 from numba_cache.keys import current_fingerprint
 from numba_cache.keys.kernels import graph_kernel_key
-from numba_cache.models import radon_model
+from numba_cache.evaluation.models import radon_model
 model = radon_model()
 function = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")
 key = graph_kernel_key(function.maker.fgraph, current_fingerprint())
@@ -124,12 +124,11 @@ def test_rewritten_family_graphs_are_described_without_pickle_fallbacks(family):
     import json
 
     from graph_families import FAMILIES
-
-    from numba_cache import numba_cache_mode
-    from numba_cache.keys.ops import describe_op
-
     from pytensor.graph.basic import Constant
     from pytensor.graph.traversal import graph_inputs
+
+    from numba_cache import numba_cache_mode
+    from numba_cache.keys.graph import describe_op
 
     _, outputs, _, _ = FAMILIES[family]()
     inputs = [v for v in graph_inputs(outputs) if not isinstance(v, Constant)]

@@ -70,7 +70,7 @@ def test_scan_inner_graph_is_baked_as_in_numba_mode():
     from pytensor.link.numba.linker import NumbaLinker
     from pytensor.scan.op import Scan
 
-    from numba_cache.models import ar1_model
+    from numba_cache.evaluation.models import ar1_model
 
     model = ar1_model(observations=10)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import run_python
 
 #: Builds ``MODES``: name -> (NUMBA_CACHE mode, the same rewrites with PyTensor's NumbaLinker).
@@ -22,7 +21,7 @@ from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.numba.linker import NumbaLinker
 import numba_cache
 from numba_cache import numba_cache_mode
-from numba_cache.linker import NumbaCacheLinker
+from numba_cache.integration.linker import NumbaCacheLinker
 
 def both(build):
     return build(lambda query: Mode(NumbaCacheLinker(), query)), build(lambda query: Mode(NumbaLinker(), query))

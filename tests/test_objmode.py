@@ -14,13 +14,14 @@ import sys
 from pathlib import Path
 
 from helpers import run_python
+
 from numba_cache.store.local import RECORD_SUFFIX
 
 CHOLESKY = """
 import json, warnings
 import numpy as np, pytensor, pytensor.tensor as pt
 import numba_cache
-from numba_cache.compile_events import count_numba_compiles
+from numba_cache.evaluation.compile_events import count_numba_compiles
 from numba_cache.kernels.context import current_context
 
 x = pt.matrix("x", shape=(3, 3))

@@ -76,7 +76,7 @@ def compile_good_graphs(env: dict) -> dict:
     return run_python(f"""
         import json
         import numpy as np
-        from numba_cache.compile_events import count_numba_compiles
+        from numba_cache.evaluation.compile_events import count_numba_compiles
         with count_numba_compiles() as compiled:
             import pytensor, numba_cache, warm_targets
             values = {{

@@ -9,7 +9,7 @@ seed as the reference.
 
 Draws against the built-in: NUTS amplifies differences in the last bits of the
 gradient (numba_cache's generated code is not PyTensor's; see
-numba_cache/compare.py), so after 60 iterations the draws agree to about 1e-6,
+numba_cache/evaluation/compare.py), so after 60 iterations the draws agree to about 1e-6,
 not bit for bit. The test states the bound it holds them to.
 """
 

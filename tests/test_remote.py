@@ -34,7 +34,7 @@ CHILD = """
 import json, os, signal, time
 import numba_cache, reliability
 from numba_cache import settings
-from numba_cache.compile_events import count_numba_compiles
+from numba_cache.evaluation.compile_events import count_numba_compiles
 from numba_cache.kernels.context import current_context
 from numba_cache.store import Store
 

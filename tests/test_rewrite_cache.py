@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytensor.tensor as pt
 import pytest
+from helpers import run_python
 from pytensor import config
 from pytensor.compile.io import In, Out
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import node_rewriter
 
-from helpers import run_python
 from numba_cache import numba_cache_mode
 from numba_cache.keys.fingerprint import Fingerprint, current_fingerprint
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
@@ -87,7 +87,7 @@ RESTORED_GRAPH = """
 import json, numpy as np, pytensor, pytensor.tensor as pt
 import numba_cache
 from numba_cache.keys.graph import describe_graph
-from numba_cache.models import radon_model
+from numba_cache.evaluation.models import radon_model
 model = radon_model()
 function = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")
 values = function(*model.point)
@@ -140,7 +140,7 @@ REWRITES_DIGEST = """
 import json, os, sys
 from pytensor.compile.mode import optdb
 from numba_cache.kernels.context import current_context
-from numba_cache.rewrite_cache import rewrites_digest
+from numba_cache.integration.rewrite_cache import rewrites_digest
 from numba_cache import numba_cache_mode
 if os.environ.get("CONVERT_FIRST"):
     import pytensor.link.numba.dispatch  # what a miss imports, and a warm process does not

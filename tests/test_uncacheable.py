@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-
 from helpers import run_python
 
 COMPILE_WITH_OP = """
 import json, warnings
 import numpy as np, pytensor, pytensor.tensor as pt
 import numba_cache
-from numba_cache.compile_events import count_numba_compiles
+from numba_cache.evaluation.compile_events import count_numba_compiles
 from numba_cache.kernels.context import current_context
 import baked_ops
 

@@ -13,7 +13,7 @@ import numba_cache
 
 def worker(payload, queue):
     import numba_cache
-    from numba_cache.compile_events import count_numba_compiles
+    from numba_cache.evaluation.compile_events import count_numba_compiles
     with count_numba_compiles() as compiles:
         function = cloudpickle.loads(payload)
         value = function(np.arange(4.0))

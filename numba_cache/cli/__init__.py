@@ -6,7 +6,7 @@ One module per group of commands: :mod:`.info` (``dir``, ``stats``,
 :mod:`.portable` (``warm``, ``export``, ``import``); :mod:`.remote` adds
 ``--remote`` (the shared tier on Redis) to ``stats``, ``list`` and ``clear``; :mod:`.startup`
 (``startup``) installs the hook that activates numba_cache in every process; ``demo`` runs
-:mod:`numba_cache.demo`. All of them work through the store's public API. Every
+:mod:`numba_cache.evaluation.demo`. All of them work through the store's public API. Every
 command but ``demo`` takes ``--json`` (field names in the README) and
 ``-v``/``--verbose`` (``-vv``: debug, every lookup with its key components).
 
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
 
 
 def _demo(args) -> int:
-    from numba_cache import demo
+    from numba_cache.evaluation import demo
 
     return demo.main(args.demo_args)
 

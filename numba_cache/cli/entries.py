@@ -8,7 +8,7 @@ import time
 
 from numba_cache.cli.access import CliError, find_entry, fingerprint_prefix, open_store
 from numba_cache.cli.formatting import human_age, human_size, human_time, plural, table
-from numba_cache.components import DIGEST_DIGITS, brief, is_node_list
+from numba_cache.keys.components import DIGEST_DIGITS, brief, is_node_list
 from numba_cache.store import KINDS, CorruptEntry, Entry
 
 #: ``--sort`` orders: the entry field, largest or newest first.

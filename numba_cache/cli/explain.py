@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import sys
 
-from numba_cache import explain
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import CliError, find_entry, open_store
 from numba_cache.cli.formatting import plural
-from numba_cache.components import DIGEST_DIGITS
+from numba_cache.diagnostics import explain
+from numba_cache.keys.components import DIGEST_DIGITS
 from numba_cache.store import CorruptEntry, Entry
 
 

@@ -7,8 +7,8 @@ import json
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import open_store
 from numba_cache.cli.formatting import human_size, plural, table
-from numba_cache.components import DIGEST_DIGITS, changed_components
 from numba_cache.keys import current_fingerprint
+from numba_cache.keys.components import DIGEST_DIGITS, changed_components
 from numba_cache.store.remote import display_url
 
 

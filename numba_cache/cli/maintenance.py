@@ -11,8 +11,8 @@ from numba_cache.cli.access import CliError, confirm, find_fingerprint, open_sto
 from numba_cache.cli.entries import entry_json
 from numba_cache.cli.formatting import human_age, human_size, plural, table
 from numba_cache.cli.portable import check_targets, target_store
-from numba_cache.components import DIGEST_DIGITS
 from numba_cache.keys import current_fingerprint
+from numba_cache.keys.components import DIGEST_DIGITS
 
 
 def register(commands, common) -> None:
@@ -171,7 +171,7 @@ def command_verify(args) -> int:
 
 def _recompile(args, store) -> dict:
     """Run the targets verifying their hits; what was found, as the JSON reports it."""
-    from numba_cache import warm
+    from numba_cache.portable import warm
 
     if not args.json:
         print(f"recompiling at most {plural(args.recompile, 'hit')} of "

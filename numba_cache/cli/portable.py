@@ -7,13 +7,13 @@ import sys
 import threading
 from pathlib import Path
 
-from numba_cache import archive
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import CliError, open_store
 from numba_cache.cli.formatting import human_size, human_time, plural
 from numba_cache.cli.progress import StatusLine, elapsed
-from numba_cache.components import DIGEST_DIGITS
 from numba_cache.keys import current_fingerprint
+from numba_cache.keys.components import DIGEST_DIGITS
+from numba_cache.portable import archive
 from numba_cache.store import Store
 
 
@@ -67,8 +67,8 @@ def target_store(disabled_means: str) -> tuple[settings_module.Settings, Store]:
 
 def check_targets(targets: list[str]) -> None:
     """Raise :class:`CliError` for a target that names nothing to run."""
-    from numba_cache.explain import TargetError, resolve_target
-    from numba_cache.warm_target import is_pytest_selection
+    from numba_cache.diagnostics.explain import TargetError, resolve_target
+    from numba_cache.portable.warm_target import is_pytest_selection
 
     for target in targets:
         if is_pytest_selection(target):
@@ -82,7 +82,7 @@ def check_targets(targets: list[str]) -> None:
 
 
 def command_warm(args) -> int:
-    from numba_cache import warm
+    from numba_cache.portable import warm
 
     if args.jobs < 1:
         raise CliError(f"-j must be at least 1, got {args.jobs}")

@@ -14,8 +14,8 @@ from collections import defaultdict
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import CliError, confirm, fingerprint_prefix
 from numba_cache.cli.formatting import human_age, human_size, plural, table
-from numba_cache.components import DIGEST_DIGITS
 from numba_cache.keys import current_fingerprint
+from numba_cache.keys.components import DIGEST_DIGITS
 from numba_cache.store.remote import RemoteConfigError, RemoteTier, open_tier
 
 

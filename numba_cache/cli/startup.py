@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from numba_cache import startup
+from numba_cache.integration import startup
 
 ACTIONS = {
     "install": "write the startup hook into this environment's site-packages",

@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 from numba.core.caching import _Cache
 
-from numba_cache.kernels import collisions, objmode, replay, report
+from numba_cache.kernels import blocks as object_mode_blocks
+from numba_cache.kernels import collisions, replay, report
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.store import Entry, StoreWarning
@@ -156,7 +157,7 @@ class KernelCache(_Cache):
         if payload is None:
             return None
         try:
-            objmode.note_blocks(entry.blobs.get(BLOCKS_BLOB, b"").decode())
+            object_mode_blocks.note_blocks(entry.blobs.get(BLOCKS_BLOB, b"").decode())
             return load_compile_result(payload, target_context)
         except Exception as exc:  # any failure to rebuild means the entry is unusable
             warnings.warn(
@@ -224,11 +225,14 @@ class KernelCache(_Cache):
         if self._object_mode:
             self._save(cacheable=True, verdict=None, blobs=blobs)
             return
-        blocks = objmode.note_blocks(llvm_ir + blobs.get(BLOCKS_BLOB, b"").decode())
+        blocks = object_mode_blocks.note_blocks(llvm_ir + blobs.get(BLOCKS_BLOB, b"").decode())
         if blocks:
             blobs[BLOCKS_BLOB] = "\n".join(blocks).encode()
         self._save(cacheable=True, verdict=None, blobs=blobs)
-        objmode.store_compiled_blocks(self._context, blocks)
+        for dispatcher, signature, compiled in object_mode_blocks.compiled_here_unstored(blocks):
+            block_key = object_mode_blocks.block_key(self._context, dispatcher, signature)
+            KernelCache(self._context, block_key, source=None, object_mode=True).save_overload(
+                signature, compiled)
 
     def _save(self, cacheable: bool, verdict: Uncacheable | None, blobs: dict):
         components = dict(self._key.components)

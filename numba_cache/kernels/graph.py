@@ -13,15 +13,15 @@ from dataclasses import dataclass
 
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import graph_kernel_name, graph_source
-from numba_cache.keys.constants import hidden_constants, hidden_value
-from numba_cache.keys.graph import graph_summary
-from numba_cache.keys.kernels import graph_kernel_key
-from numba_cache.keys.order import execution_order
 from numba_cache.kernels import replay
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.conversion import op_kernel, source_label
 from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
+from numba_cache.keys.constants import hidden_constants, hidden_value
+from numba_cache.keys.graph import graph_summary
+from numba_cache.keys.kernels import graph_kernel_key
+from numba_cache.keys.order import execution_order
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class GraphKernel:
 def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -> GraphKernel:
     """The kernel evaluating `fgraph`, loaded from the store when possible.
 
-    `known` is the graph's :class:`numba_cache.rewrite_cache.KnownGraphKernel`
+    `known` is the graph's :class:`numba_cache.integration.rewrite_cache.KnownGraphKernel`
     when the rewrite cache already computed its key and generated its source.
     """
     from pytensor import config

@@ -15,7 +15,7 @@ blocks of PyTensor's numba dispatch are looked up in the store first, and
 stored after compiling, through the same :class:`.cache.KernelCache` as every
 kernel (locks, checksums, counters ``objmode.hit``/``objmode.miss``). Any other
 block is compiled by numba as before. The process that stores a kernel stores
-its blocks with it (:func:`store_compiled_blocks`): numba compiled them while
+its blocks with it (:func:`.blocks.compiled_here_unstored`): numba compiled them while
 typing the kernel, even if it never runs here.
 
 The key is the block's dispatcher uuid, which numba draws at random when the
@@ -23,63 +23,23 @@ block's kernel is compiled and pickles with it, so every process loading that
 kernel sees the same uuid, and no other block has it; plus the function holding
 the block, the argument types and the environment fingerprint. A block is
 stored only if a kernel in the store holds it (its uuid is in the kernel's IR,
-listed in the kernel's entry, see :func:`note_blocks`): blocks of kernels
+listed in the kernel's entry, see :func:`.blocks.note_blocks`): blocks of kernels
 compiled afresh in every process (PyTensor's ``NUMBA`` mode with its cache off)
 would only fill the store.
 """
 
 from __future__ import annotations
 
-import re
 import warnings
 
 from numba.core import pythonapi, types
-from numba.core.dispatcher import ObjModeLiftedWith
 
-from numba_cache.keys.kernels import object_mode_key
+from numba_cache.kernels.blocks import block_key, held_by_a_stored_kernel, is_cached_block
+from numba_cache.kernels.cache import KernelCache
+from numba_cache.kernels.context import current_context
 from numba_cache.store import StoreWarning
 
-#: Blocks compiled through the store: those of functions defined in these packages.
-CACHED_PACKAGES = ("pytensor.",)
-
 _numba_compile = pythonapi.ObjModeUtils._call_objmode_dispatcher
-
-# A dispatcher uuid, as pickled (in plain text) into the IR of the kernels holding it.
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_blocks_of_stored_kernels: set[str] = set()
-_stored_here: set[tuple] = set()
-
-
-def note_blocks(text: str) -> list[str]:
-    """Remember the blocks named in `text`: a stored kernel's LLVM IR, or their list.
-
-    Returns their uuids, sorted: the list a kernel's entry keeps, so that a
-    process loading the kernel knows its blocks too.
-    """
-    blocks = sorted(set(_UUID.findall(text)))
-    _blocks_of_stored_kernels.update(blocks)
-    return blocks
-
-
-def store_compiled_blocks(context, blocks: list[str]) -> None:
-    """Store the blocks among `blocks` that this process has compiled.
-
-    numba compiles a block while typing the function holding it, so the process
-    storing a kernel has its blocks compiled, whether or not the kernel ever
-    runs here (``numba-cache warm`` compiles kernels without running them).
-    """
-    from numba_cache.kernels.cache import KernelCache
-
-    for block in blocks:
-        dispatcher = ObjModeLiftedWith._memo.get(block)
-        if dispatcher is None or not _is_cached_block(dispatcher):
-            continue
-        for signature, compiled in list(dispatcher.overloads.items()):
-            if (block, signature) not in _stored_here:
-                _stored_here.add((block, signature))
-                cache = KernelCache(context, _key(context, dispatcher, signature), source=None,
-                                    object_mode=True)
-                cache.save_overload(signature, compiled)
 
 
 def install() -> None:
@@ -91,7 +51,7 @@ def _compile_through_store(compile_args):
     """numba's ``_call_objmode_dispatcher``: the entry point of a block, loaded or compiled."""
     dispatcher, argument_types = compile_args
     signature = (types.ffi_forced_object,) * len(argument_types)
-    if not _is_cached_block(dispatcher) or signature in dispatcher.overloads:
+    if not is_cached_block(dispatcher) or signature in dispatcher.overloads:
         return _numba_compile(compile_args)
     try:
         return _load_or_compile(compile_args, signature)
@@ -108,14 +68,11 @@ _compile_through_store.__qualname__ = _numba_compile.__qualname__
 
 def _load_or_compile(compile_args, signature):
     """The block from the store, or compiled (and stored, if a stored kernel holds it)."""
-    from numba_cache.kernels.cache import KernelCache
-    from numba_cache.kernels.context import current_context
-
     dispatcher, _ = compile_args
     context = current_context()
     if not context.enabled:
         return _numba_compile(compile_args)
-    cache = KernelCache(context, _key(context, dispatcher, signature), source=None,
+    cache = KernelCache(context, block_key(context, dispatcher, signature), source=None,
                         object_mode=True)
     with cache.compiling():
         stored = cache.load_overload(signature, dispatcher.targetctx)
@@ -123,17 +80,8 @@ def _load_or_compile(compile_args, signature):
             dispatcher.add_overload(stored)
             return stored.entry_point
         entry_point = _numba_compile(compile_args)
-        if dispatcher._uuid in _blocks_of_stored_kernels:
+        if held_by_a_stored_kernel(dispatcher):
             cache.save_overload(signature, dispatcher.overloads[signature])
         return entry_point
 
 
-def _key(context, dispatcher, signature):
-    function = dispatcher.func_ir.func_id
-    return object_mode_key(dispatcher._uuid, f"{function.modname}.{function.func_qualname}",
-                           str(signature), context.fingerprint)
-
-
-def _is_cached_block(dispatcher) -> bool:
-    return isinstance(dispatcher, ObjModeLiftedWith) and dispatcher.func_ir.func_id.modname.startswith(
-        CACHED_PACKAGES)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from numba_cache.components import summarize
+from numba_cache.keys.components import summarize
 from numba_cache.logs import logger
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 - :mod:`.fingerprint`: the environment every key is salted with;
 - :mod:`.canonical`: content descriptions of values (props, constants, types);
-- :mod:`.ops` and :mod:`.graph`: descriptions of ops and whole graphs;
+- :mod:`.graph`: descriptions of ops, types and whole graphs;
 - :mod:`.kernels`: the keys of the two cache levels (graph kernel, op kernel).
 """
 

@@ -31,15 +31,6 @@ def is_hidden(constant) -> bool:
     )
 
 
-def hidden_description(constant) -> list:
-    """A hidden constant's type without its content: dtype, shape and layout flags."""
-    from numba_cache.keys.ops import describe_type
-
-    data = constant.data
-    return ["hidden", describe_type(constant.type), data.dtype.str, list(data.shape),
-            bool(data.flags.writeable)]
-
-
 def hidden_value(constant) -> np.ndarray:
     """The array passed for `constant`: C-contiguous, so the kernel signature is stable."""
     return np.ascontiguousarray(constant.data)

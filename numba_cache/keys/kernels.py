@@ -17,12 +17,17 @@ array constants are kernel arguments and enter by type and shape only (see
 from __future__ import annotations
 
 from numba_cache.codegen.sources import CODEGEN_VERSION
-from numba_cache.store.references import BLOCK_COMPONENT
 from numba_cache.keys.canonical import digest, qualified_name
-from numba_cache.keys.graph import describe_graph, graph_summary
+from numba_cache.keys.graph import (
+    describe_graph,
+    describe_op,
+    describe_type,
+    graph_summary,
+    kernel_level_types,
+)
 from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order
-from numba_cache.keys.ops import describe_op, describe_type, kernel_level_types
+from numba_cache.store.references import BLOCK_COMPONENT
 
 
 def graph_kernel_key(fgraph, fingerprint, order=None) -> Key:

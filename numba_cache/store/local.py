@@ -21,12 +21,14 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from . import checkpoints
 from .entry import is_sha256_hex
+from .notices import warn_once
 
 RECORD_SUFFIX = ".nbk"
 SOURCE_SUFFIX = ".py"
@@ -226,3 +228,27 @@ def _names(path: Path) -> list[str]:
         return os.listdir(path)
     except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def may_write_under(root: Path) -> bool:
+    """Whether `root` is a directory this process may write, or may create."""
+    existing = root
+    # os.path.exists, unlike Path.exists, is False (not PermissionError) below a
+    # directory this process may not search.
+    while not os.path.exists(existing):
+        existing = existing.parent
+    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+
+
+def warn_if_writable_by_others(root: Path) -> None:
+    try:
+        mode = root.stat().st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        warn_once(
+            ("permissions", str(root)),
+            f"numba_cache: the cache directory {root} is writable by other users. Its entries "
+            "are pickles, so whoever can write there can run code in your processes; "
+            f"use a private directory (chmod 700 {root}).",
+        )

@@ -4,35 +4,28 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
-import os
-import stat
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..settings import Settings
 from . import checkpoints, locks, record
-from .entry import KINDS, Entry, check_address, check_name, is_sha256_hex
+from .entry import KINDS, Entry, check_address, check_name
+from .eviction import EVICTION_TARGET, evict
 from .index import Index
-from .local import LocalBackend, make_private_dirs
+from .local import LocalBackend, make_private_dirs, may_write_under, warn_if_writable_by_others
 from .notices import warn_once
 from .record import CorruptEntry
 from .remote import RemoteConfigError, RemoteTier, open_tier
+from .side_files import SideFiles
 from .verify import Problem, verify
 
 INDEX_NAME = "index.sqlite3"
 EVICTION_LOCK_NAME = "evict.lock"
-#: The components of a fingerprint, kept in its directory (see ``record_fingerprint``).
-FINGERPRINT_NAME = "fingerprint.json"
-REGISTRIES_NAME = "registries.json"
 #: errno values of a disk that refuses writes: full, over quota, failing, read-only.
 _DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
-#: A full store is evicted down to this fraction of its maximum size, so that
-#: the following saves do not each pay for an eviction pass.
-EVICTION_TARGET = 0.9
 
 
 class Store:
@@ -52,7 +45,7 @@ class Store:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.root = Path(settings.root)
-        self.readonly = settings.readonly or not _writable(self.root)
+        self.readonly = settings.readonly or not may_write_under(self.root)
         self._backend = LocalBackend(self.root)
         self._index = Index(
             self.root / INDEX_NAME,
@@ -60,7 +53,9 @@ class Store:
             scan=self._scan,
             on_disk_failure=self._warn_cannot_write,
         )
-        _warn_if_writable_by_others(self.root)
+        warn_if_writable_by_others(self.root)
+        self._side_files = SideFiles(self._backend, self.root,
+                                     lambda: not (self.settings.disabled or self.readonly))
         self.remote = self._open_remote()
         # Entry locks this thread holds: a save or removal inside a compile of the same
         # key must not wait for its own lock (a second flock on the path would).
@@ -356,7 +351,7 @@ class Store:
         `dry_run`, deletes nothing (and takes no lock): returns what would go.
         """
         if dry_run:
-            planned = _eviction(self.entries(), max_bytes, last_used_before, lambda entry: True)
+            planned = evict(self.entries(), max_bytes, last_used_before, lambda entry: True)
             return [(entry.fingerprint, entry.key) for entry in planned]
         if self.settings.disabled or not self._may_write():
             return []
@@ -378,7 +373,7 @@ class Store:
 
         try:
             self._backend.clean_temp()
-            _eviction(self.entries(), max_bytes, last_used_before, remove)
+            evict(self.entries(), max_bytes, last_used_before, remove)
         except OSError as error:
             warn_once(("evict", str(self.root)), f"numba_cache: eviction in {self.root}: {error}")
         finally:
@@ -395,77 +390,17 @@ class Store:
         return verify(self._backend, self._index, repair=repair and self._may_write())
 
     def record_fingerprint(self, fingerprint: str, components: dict) -> None:
-        """Keep the named components of `fingerprint` beside its entries.
-
-        Entries only carry the fingerprint's digest; this file is what lets a miss
-        be explained as "numba 0.68.0 became 0.69.0". Written atomically when
-        :meth:`fingerprint_components` cannot read it (missing, damaged, or another
-        fingerprint's), so a damaged file does not stay damaged; does nothing on a
-        disabled or read-only store. It is a description, not needed to load
-        anything, so a failure is silent.
-        """
-        check_name("fingerprint", fingerprint)
-        if self.settings.disabled or self.readonly:
-            return
-        if self.fingerprint_components(fingerprint) is not None:
-            return
-        text = json.dumps({"fingerprint": fingerprint, "components": components}, sort_keys=True)
-        with contextlib.suppress(OSError):
-            self._backend.put_file(self._fingerprint_path(fingerprint), text.encode())
+        """Keep the named components of `fingerprint` beside its entries (see :mod:`.side_files`)."""
+        self._side_files.record_fingerprint(fingerprint, components)
 
     def fingerprint_components(self, fingerprint: str) -> dict | None:
-        """The components kept by :meth:`record_fingerprint`, or None if unknown or unreadable.
-
-        A file describing another fingerprint (a misplaced copy) is unreadable too.
-        """
-        check_name("fingerprint", fingerprint)
-        try:
-            recorded = json.loads(self._fingerprint_path(fingerprint).read_bytes())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
-            return None
-        components = recorded.get("components")
-        return components if isinstance(components, dict) else None
+        return self._side_files.fingerprint_components(fingerprint)
 
     def completed_registry(self, fingerprint: str, partial: str) -> str | None:
-        """The complete rewrite-registry digest recorded for `partial`, or None.
-
-        See :func:`numba_cache.keys.rewrites.complete_rewrites_digest`; an
-        unreadable or damaged record reads as empty.
-        """
-        return self._registries(fingerprint).get(partial)
+        return self._side_files.completed_registry(fingerprint, partial)
 
     def record_completed_registry(self, fingerprint: str, partial: str, complete: str) -> None:
-        """Remember that the registry digest `partial` completes to `complete`.
-
-        Written atomically beside the entries (a concurrent writer can win the
-        race, costing a later process one recomputation); silent when the store
-        is read-only, disabled or cannot be written, since it only saves time.
-        """
-        check_name("fingerprint", fingerprint)
-        if self.settings.disabled or self.readonly:
-            return
-        known = self._registries(fingerprint) | {partial: complete}
-        text = json.dumps({"fingerprint": fingerprint, "complete": known}, sort_keys=True)
-        with contextlib.suppress(OSError):
-            self._backend.put_file(self.root / fingerprint / REGISTRIES_NAME, text.encode())
-
-    def _registries(self, fingerprint: str) -> dict[str, str]:
-        check_name("fingerprint", fingerprint)
-        try:
-            recorded = json.loads((self.root / fingerprint / REGISTRIES_NAME).read_bytes())
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
-            return {}
-        known = recorded.get("complete")
-        if not isinstance(known, dict):
-            return {}
-        return {
-            partial: complete for partial, complete in known.items()
-            if is_sha256_hex(partial) and isinstance(complete, str) and is_sha256_hex(complete)
-        }
+        self._side_files.record_completed_registry(fingerprint, partial, complete)
 
     def source_path(self, fingerprint: str, key: str) -> Path:
         """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""
@@ -607,9 +542,6 @@ class Store:
                 )
             return None
 
-    def _fingerprint_path(self, fingerprint: str) -> Path:
-        return self.root / fingerprint / FINGERPRINT_NAME
-
     def _lock_path(self, fingerprint: str, key: str) -> Path:
         return self.root / fingerprint / "locks" / f"{key}.lock"
 
@@ -632,49 +564,3 @@ def _size(data: bytes, source: str | None) -> int:
     return len(data) + (len(source.encode()) if source is not None else 0)
 
 
-def _eviction(
-    listing: list[Entry],
-    max_bytes: int | None,
-    last_used_before: float | None,
-    remove: Callable[[Entry], bool],
-) -> list[Entry]:
-    """Offer `remove` the entries of `listing` (least recently used first) that must go.
-
-    Those last used before `last_used_before` go, then more until the rest fit in
-    `max_bytes`. An entry `remove` refuses (True means removed) still counts toward
-    the size. Returns the removed entries.
-    """
-    total = sum(entry.size for entry in listing)
-    removed = []
-    for entry in listing:
-        unused = last_used_before is not None and entry.last_used < last_used_before
-        if not unused and (max_bytes is None or total <= max_bytes):
-            break  # the listing is in LRU order: every later entry stays too
-        if remove(entry):
-            total -= entry.size
-            removed.append(entry)
-    return removed
-
-
-def _writable(root: Path) -> bool:
-    """Whether `root` is a directory this process may write, or may create."""
-    existing = root
-    # os.path.exists, unlike Path.exists, is False (not PermissionError) below a
-    # directory this process may not search.
-    while not os.path.exists(existing):
-        existing = existing.parent
-    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
-
-
-def _warn_if_writable_by_others(root: Path) -> None:
-    try:
-        mode = root.stat().st_mode
-    except OSError:
-        return
-    if mode & (stat.S_IWGRP | stat.S_IWOTH):
-        warn_once(
-            ("permissions", str(root)),
-            f"numba_cache: the cache directory {root} is writable by other users. Its entries "
-            "are pickles, so whoever can write there can run code in your processes; "
-            f"use a private directory (chmod 700 {root}).",
-        )

@@ -6,7 +6,7 @@ PyTensor's built-in ``NUMBA`` mode on an empty PyTensor compile directory. Each
 process reports compile time (``pytensor.function`` + first call), numba
 compilations, cache hits and misses, and its results.
 
-Results are compared like with like (:mod:`numba_cache.compare`): numba_cache's
+Results are compared like with like (:mod:`numba_cache.evaluation.compare`): numba_cache's
 cold and warm processes bit for bit (the promise; the exit status is 1 if they
 differ), numba_cache against the built-in within ``NUMBA_ULP_BOUND`` (different
 generated code), and the built-in's own cold and warm results, reported as a fact.
@@ -30,8 +30,8 @@ def _child(mode: str) -> None:
     import pytensor
 
     import numba_cache
-    from numba_cache.compile_events import count_numba_compiles
-    from numba_cache.models import radon_model
+    from numba_cache.evaluation.compile_events import count_numba_compiles
+    from numba_cache.evaluation.models import radon_model
 
     model = radon_model()
     with count_numba_compiles() as compiles:
@@ -54,7 +54,7 @@ def run_child(mode: str, environment: dict) -> dict:
     """Run one demo process; `process_seconds` is its wall time, interpreter start included."""
     started = time.perf_counter()
     process = subprocess.run(
-        [sys.executable, "-m", "numba_cache.demo", "--child", mode],
+        [sys.executable, "-m", "numba_cache.evaluation.demo", "--child", mode],
         env=environment, capture_output=True, text=True, check=False,
     )
     if process.returncode != 0:
@@ -111,7 +111,7 @@ def _report_comparisons(results: list[dict]) -> tuple[bool, bool]:
     """Print the three comparisons; return (cold == warm bit for bit, within the NUMBA bound)."""
     import numpy as np
 
-    from numba_cache.compare import NUMBA_ULP_BOUND, digest, max_ulp_distance
+    from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, digest, max_ulp_distance
 
     ours_cold, ours_warm, builtin_cold, builtin_warm = (
         [np.float64(r["logp"]), np.asarray(r["gradient"])] for r in results

@@ -18,7 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pytensor.compile.mode import Mode, predefined_linkers, predefined_modes, register_linker, register_mode
+from pytensor.compile.mode import (
+    Mode,
+    predefined_linkers,
+    predefined_modes,
+    register_linker,
+    register_mode,
+)
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.link.utils import raise_with_op
@@ -39,9 +45,9 @@ class NumbaCacheLinker(NumbaLinker):
     """A JIT linker whose numba kernels are loaded from and saved to numba_cache's store."""
 
     def fgraph_convert(self, fgraph, storage_map=None, **kwargs):
+        from numba_cache.integration.rewrite_cache import GRAPH_KEY_ATTRIBUTE
         from numba_cache.kernels.context import current_context
         from numba_cache.kernels.graph import graph_kernel
-        from numba_cache.rewrite_cache import GRAPH_KEY_ATTRIBUTE
 
         known = getattr(fgraph, GRAPH_KEY_ATTRIBUTE, None)
         kernel = graph_kernel(fgraph, current_context(), storage_map, known=known)
@@ -106,7 +112,7 @@ def install_function_maker() -> None:
 
 def _function_maker(mode: Mode):
     if isinstance(mode.linker, NumbaCacheLinker):
-        from numba_cache.rewrite_cache import CachedRewriteFunctionMaker
+        from numba_cache.integration.rewrite_cache import CachedRewriteFunctionMaker
 
         return CachedRewriteFunctionMaker
     return PYTENSOR_FUNCTION_MAKER.fget(mode)

@@ -1,6 +1,6 @@
 """``numba-cache warm``: compile ahead of time what a project will compile.
 
-Each target runs in a fresh child process (:mod:`numba_cache.warm_target`), at
+Each target runs in a fresh child process (:mod:`numba_cache.portable.warm_target`), at
 most `jobs` at a time, against the store of the settings in force. A child that
 crashes (a segfault in a compile) is one failed target, not a failed warm. The
 parent counts the children's kernel lookups as they stream in: a miss is a
@@ -115,7 +115,7 @@ def _warm_one(target: str, progress: Progress, verify: int | None = None) -> Tal
     option = [] if verify is None else ["--verify", str(verify)]
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
         child = subprocess.Popen(
-            [sys.executable, "-m", "numba_cache.warm_target", *option, target],
+            [sys.executable, "-m", "numba_cache.portable.warm_target", *option, target],
             stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL, text=True,
         )
         for line in child.stdout:

@@ -6,7 +6,7 @@ it, asks for), the mode ``FAST_RUN`` and the default mode resolve to when their
 linker is numba, and the runtime modes PyTensor built before. Modes rebuilt from
 their linker, as PyMC does (``Mode(linker=mode.linker, optimizer=...)``), keep the
 rewrite level whether or not numba_cache is activated
-(:func:`numba_cache.linker.install_function_maker`).
+(:func:`numba_cache.integration.linker.install_function_maker`).
 
 :func:`deactivate` puts back every object it replaced. These are the PyTensor
 seams, all in :mod:`pytensor.compile.mode`, and all of them here:
@@ -33,8 +33,7 @@ import warnings
 from pytensor.compile import mode as mode_module
 
 from numba_cache import settings
-
-from numba_cache.linker import numba_cache_mode
+from numba_cache.integration.linker import numba_cache_mode
 
 #: The names activation replaces: (mapping or module, name), in this order.
 _SEAMS = (

@@ -1,6 +1,6 @@
-"""Warm the cache with one target, in this process: ``python -m numba_cache.warm_target TARGET``.
+"""Warm the cache with one target, in this process: ``python -m numba_cache.portable.warm_target TARGET``.
 
-The child side of ``numba-cache warm`` (:mod:`numba_cache.warm`). A target is
+The child side of ``numba-cache warm`` (:mod:`numba_cache.portable.warm`). A target is
 
 - a pytest selection (a directory, ``path::test``, or a ``test_*.py`` /
   ``*_test.py`` file), run in-process;
@@ -58,7 +58,7 @@ def main(target: str, verify: int | None = None) -> int:
     import pytensor
 
     import numba_cache
-    from numba_cache import linker
+    from numba_cache.integration import linker
     from numba_cache.kernels.report import observe_lookups
 
     pytensor.config.mode = numba_cache.numba_cache_mode()
@@ -156,7 +156,7 @@ def _run(target: str):
         if status not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             raise RuntimeError(f"pytest exited with status {int(status)} ({status.name})")
         return None
-    from numba_cache.explain import resolve_target
+    from numba_cache.diagnostics.explain import resolve_target
 
     return resolve_target(target)()
 
@@ -239,5 +239,5 @@ if __name__ == "__main__":
     if len(arguments) == 3 and arguments[0] == "--verify" and arguments[1].isdigit():
         sys.exit(main(arguments[2], verify=int(arguments[1])))
     if len(arguments) != 1:
-        sys.exit("usage: python -m numba_cache.warm_target [--verify N] TARGET")
+        sys.exit("usage: python -m numba_cache.portable.warm_target [--verify N] TARGET")
     sys.exit(main(arguments[0]))

@@ -39,9 +39,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from numba_cache.components import DIGEST_DIGITS, changed_components
 from numba_cache.kernels.serialize import self_test
 from numba_cache.keys import Fingerprint
+from numba_cache.keys.components import DIGEST_DIGITS, changed_components
 from numba_cache.store import CorruptEntry, Store
 from numba_cache.store.entry import is_sha256_hex
 from numba_cache.store.record import TOOL_VERSION

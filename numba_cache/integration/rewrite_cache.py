@@ -32,15 +32,15 @@ from dataclasses import dataclass
 from pytensor.compile.maker import FunctionMaker
 
 from numba_cache.codegen.sources import GraphSource, graph_kernel_name, graph_source
+from numba_cache.kernels import report
+from numba_cache.kernels.uncacheable import unkeyed
 from numba_cache.keys.canonical import digest
 from numba_cache.keys.constants import hidden_constants
 from numba_cache.keys.data_reads import DataReads, answers_for, derive, watch
-from numba_cache.keys.key import Key
 from numba_cache.keys.kernels import graph_kernel_key
+from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
-from numba_cache.kernels import report
-from numba_cache.kernels.uncacheable import unkeyed
 from numba_cache.store import Entry, StoreWarning
 from numba_cache.store.references import (
     GRAPH_KERNEL_COMPONENT,

@@ -1,0 +1,1 @@
+"""Why a compile missed: :mod:`.explain` compares its key with the nearest stored entry's."""

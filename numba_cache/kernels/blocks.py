@@ -1,0 +1,67 @@
+"""Which object-mode blocks the stored kernels hold, and which of them this process compiled.
+
+Shared by :mod:`.cache` (a kernel saved or loaded names its blocks) and
+:mod:`.objmode` (a block compiled through the store); see :mod:`.objmode` for
+why blocks are stored at all and how they are keyed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from numba.core.dispatcher import ObjModeLiftedWith
+
+from numba_cache.keys.kernels import object_mode_key
+
+#: Blocks compiled through the store: those of functions defined in these packages.
+CACHED_PACKAGES = ("pytensor.",)
+
+# A dispatcher uuid, as pickled (in plain text) into the IR of the kernels holding it.
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_blocks_of_stored_kernels: set[str] = set()
+_stored_here: set[tuple] = set()
+
+
+def note_blocks(text: str) -> list[str]:
+    """Remember the blocks named in `text`: a stored kernel's LLVM IR, or their list.
+
+    Returns their uuids, sorted: the list a kernel's entry keeps, so that a
+    process loading the kernel knows its blocks too.
+    """
+    blocks = sorted(set(_UUID.findall(text)))
+    _blocks_of_stored_kernels.update(blocks)
+    return blocks
+
+
+def held_by_a_stored_kernel(dispatcher) -> bool:
+    return dispatcher._uuid in _blocks_of_stored_kernels
+
+
+def compiled_here_unstored(blocks: list[str]) -> Iterator[tuple]:
+    """``(dispatcher, signature, compile result)`` of the blocks among `blocks` compiled
+    in this process and not yet stored by it; each is yielded once per process.
+
+    numba compiles a block while typing the function holding it, so the process
+    storing a kernel has its blocks compiled, whether or not the kernel ever
+    runs here (``numba-cache warm`` compiles kernels without running them).
+    """
+    for block in blocks:
+        dispatcher = ObjModeLiftedWith._memo.get(block)
+        if dispatcher is None or not is_cached_block(dispatcher):
+            continue
+        for signature, compiled in list(dispatcher.overloads.items()):
+            if (block, signature) not in _stored_here:
+                _stored_here.add((block, signature))
+                yield dispatcher, signature, compiled
+
+
+def block_key(context, dispatcher, signature):
+    function = dispatcher.func_ir.func_id
+    return object_mode_key(dispatcher._uuid, f"{function.modname}.{function.func_qualname}",
+                           str(signature), context.fingerprint)
+
+
+def is_cached_block(dispatcher) -> bool:
+    return isinstance(dispatcher, ObjModeLiftedWith) and dispatcher.func_ir.func_id.modname.startswith(
+        CACHED_PACKAGES)
