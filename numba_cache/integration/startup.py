@@ -3,10 +3,11 @@
 ``numba-cache startup install`` writes a ``.pth`` file into the environment's
 ``site-packages``; Python runs its one line at every interpreter start. When
 ``NBCACHE_ACTIVATE`` is true, that line runs :func:`install_hook` from this file
-(by path: importing the package would import PyTensor in every process), which
-waits for PyTensor: right after ``import pytensor`` completes, it imports
-numba_cache, whose import activates it. A process that never imports PyTensor
-pays a look at one environment variable; a pytest-xdist worker, a CI job or a
+(by path, so that a process not asking for numba_cache imports nothing of it),
+which imports numba_cache: a cheap import that waits for PyTensor, and right
+after ``import pytensor`` completes, registers the mode and activates it. A
+process that never imports PyTensor pays a look at one environment variable
+and, if it is set, a few milliseconds; a pytest-xdist worker, a CI job or a
 sampler worker that compiles PyTensor graphs compiles them through the cache.
 
 This file must import nothing but the standard library.
@@ -28,43 +29,16 @@ def activation_wanted() -> bool:
     return os.environ.get("NBCACHE_ACTIVATE", "").strip().lower() in TRUE_WORDS
 
 
-class _ActivateAfterPyTensor:
-    """A meta path finder that lets ``pytensor`` import, then imports numba_cache."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name != "pytensor":
-            return None
-        sys.meta_path.remove(self)
-        from importlib.util import find_spec
-
-        spec = find_spec(name)
-        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader.exec_module = _then_activate(spec.loader.exec_module)
-        return spec
-
-
-def _then_activate(exec_module):
-    def exec_then_activate(module):
-        exec_module(module)
-        try:
-            import numba_cache  # noqa: F401 - its import activates it (NBCACHE_ACTIVATE)
-        except Exception as error:  # the hook never breaks the user's import of PyTensor
-            import warnings
-
-            warnings.warn(f"numba_cache is not activated: importing it failed: {error!r}",
-                          stacklevel=2)
-
-    return exec_then_activate
-
-
 def install_hook() -> None:
-    """Activate numba_cache once PyTensor is imported, if ``NBCACHE_ACTIVATE`` asks for it."""
+    """Import numba_cache if ``NBCACHE_ACTIVATE`` asks for it: it activates once PyTensor is imported."""
     if not activation_wanted() or "numba_cache" in sys.modules:
         return
-    if "pytensor" in sys.modules:
-        import numba_cache  # noqa: F401
-        return
-    sys.meta_path.insert(0, _ActivateAfterPyTensor())
+    try:
+        import numba_cache  # noqa: F401 - cheap; it waits for PyTensor (integration/when_pytensor.py)
+    except Exception as error:  # the hook never breaks the interpreter's start
+        import warnings
+
+        warnings.warn(f"numba_cache is not activated: importing it failed: {error!r}", stacklevel=2)
 
 
 # Installing the .pth file (numba-cache startup)
