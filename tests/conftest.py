@@ -9,11 +9,18 @@ import pytest
 from numba_cache import settings
 
 
+@pytest.fixture(scope="session")
+def state_home(tmp_path_factory):
+    """The session's user state directory (where the remembered fingerprints live)."""
+    return tmp_path_factory.mktemp("state")
+
+
 @pytest.fixture(autouse=True)
-def private_store(tmp_path, monkeypatch):
+def private_store(tmp_path, monkeypatch, state_home):
     """Point numba_cache (and subprocesses) at a store of this test's own."""
     root = tmp_path / "store"
     monkeypatch.setenv("NBCACHE_DIR", str(root))
+    monkeypatch.setenv("XDG_STATE_HOME", str(state_home))
     for variable in ("NBCACHE_DISABLE", "NBCACHE_READONLY", "NBCACHE_MAX_SIZE",
                      "NBCACHE_VERIFY_HITS", "NBCACHE_VERIFY_LIMIT"):
         monkeypatch.delenv(variable, raising=False)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import CliError, find_entry, open_store
 from numba_cache.cli.formatting import plural
-from numba_cache.diagnostics import explain
 from numba_cache.keys.components import DIGEST_DIGITS
 from numba_cache.store import CorruptEntry, Entry
+
+if TYPE_CHECKING:
+    from numba_cache.diagnostics import explain
 
 
 def register(commands, common) -> None:
@@ -28,6 +31,8 @@ def register(commands, common) -> None:
 
 
 def command_explain(args) -> int:
+    from numba_cache.diagnostics import explain
+
     if len(args.what) == 2:
         return _compare(args, *args.what)
     if len(args.what) > 2:
@@ -55,6 +60,8 @@ def command_explain(args) -> int:
 
 
 def _compare(args, old_prefix: str, new_prefix: str) -> int:
+    from numba_cache.diagnostics import explain
+
     store = open_store()
     old, new = (_read(store, find_entry(store, prefix)) for prefix in (old_prefix, new_prefix))
     differences = explain.compare_entries(store, old, new)

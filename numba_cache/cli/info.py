@@ -7,8 +7,8 @@ import json
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import open_store
 from numba_cache.cli.formatting import human_size, plural, table
-from numba_cache.keys import current_fingerprint
 from numba_cache.keys.components import DIGEST_DIGITS, changed_components
+from numba_cache.keys.remembered import environment_token, remember, this_environment
 from numba_cache.store.remote import display_url
 
 
@@ -46,7 +46,7 @@ def command_stats(args) -> int:
         print(json.dumps({"zeroed": True}) if args.json else f"counters of {store.root} reset")
         return 0
     stats = store.stats()
-    current = current_fingerprint()
+    current = this_environment()
     hits, misses = lookups(stats["counters"])
     rate = hits / (hits + misses) if hits + misses else None
     if args.json:
@@ -83,7 +83,10 @@ def command_stats(args) -> int:
 
 
 def command_fingerprint(args) -> int:
-    fingerprint = current_fingerprint()
+    from numba_cache.keys.fingerprint import current_fingerprint
+
+    fingerprint = current_fingerprint()  # computed afresh (imports numba and PyTensor), remembered
+    remember(environment_token(), fingerprint)
     if args.json:
         print(json.dumps({"digest": fingerprint.digest, "components": fingerprint.components}, indent=2))
     else:

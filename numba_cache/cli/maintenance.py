@@ -11,8 +11,8 @@ from numba_cache.cli.access import CliError, confirm, find_fingerprint, open_sto
 from numba_cache.cli.entries import entry_json
 from numba_cache.cli.formatting import human_age, human_size, plural, table
 from numba_cache.cli.portable import check_targets, target_store
-from numba_cache.keys import current_fingerprint
 from numba_cache.keys.components import DIGEST_DIGITS
+from numba_cache.keys.remembered import this_environment
 
 
 def register(commands, common) -> None:
@@ -73,7 +73,7 @@ def command_clear(args) -> int:
         fingerprints = [find_fingerprint(store, args.fingerprint)]
         scope = f"of fingerprint {fingerprints[0][:DIGEST_DIGITS]}"
     elif args.stale:
-        current = current_fingerprint().digest
+        current = this_environment().digest
         fingerprints = sorted({entry.fingerprint for entry in entries} - {current})
         scope = f"of fingerprints other than this environment's ({current[:DIGEST_DIGITS]})"
     else:

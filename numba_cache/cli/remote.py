@@ -14,8 +14,8 @@ from collections import defaultdict
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import CliError, confirm, fingerprint_prefix
 from numba_cache.cli.formatting import human_age, human_size, plural, table
-from numba_cache.keys import current_fingerprint
 from numba_cache.keys.components import DIGEST_DIGITS
+from numba_cache.keys.remembered import this_environment
 from numba_cache.store.remote import RemoteConfigError, RemoteTier, open_tier
 
 
@@ -66,7 +66,7 @@ def remote_stats(args) -> int:
     for fingerprint, _, size, _ in _entries(tier):
         per_fingerprint[fingerprint]["entries"] += 1
         per_fingerprint[fingerprint]["bytes"] += size
-    current = current_fingerprint().digest
+    current = this_environment().digest
     summary = {
         "url": tier.url,
         "prefix": tier.backend.prefix,
@@ -141,7 +141,7 @@ def remote_clear(args) -> int:
         chosen = [row for row in rows if row[0] == matching[0]]
         scope = f"of fingerprint {matching[0][:DIGEST_DIGITS]} in {tier.url}"
     elif args.stale:
-        current = current_fingerprint().digest
+        current = this_environment().digest
         chosen = [row for row in rows if row[0] != current]
         scope = f"of fingerprints other than this environment's in {tier.url}"
     else:

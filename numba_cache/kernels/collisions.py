@@ -25,8 +25,8 @@ import re
 import warnings
 from dataclasses import dataclass
 
-from numba_cache.keys import Key
 from numba_cache.kernels import report
+from numba_cache.keys.key import Key
 from numba_cache.store import StoreWarning
 
 _IR_PREFIX = "ir:"

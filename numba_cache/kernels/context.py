@@ -7,8 +7,8 @@ import warnings
 from dataclasses import dataclass, field
 
 from numba_cache import settings as settings_module
-from numba_cache.keys import Fingerprint, current_fingerprint
 from numba_cache.kernels.serialize import self_test
+from numba_cache.keys import Fingerprint, current_fingerprint
 from numba_cache.store import Store, StoreWarning
 
 

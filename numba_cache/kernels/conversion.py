@@ -17,13 +17,12 @@ from pathlib import Path
 
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import identifier, kernel_source
-from numba_cache.keys.kernels import op_kernel_key
 from numba_cache.kernels import replay
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.report import record_reuse
 from numba_cache.kernels.uncacheable import Uncacheable, registered_reason, unkeyed
-
+from numba_cache.keys.kernels import op_kernel_key
 
 #: How PyTensor's warning that an op falls back to its perform method begins.
 OBJECT_MODE_FALLBACK = "Numba will use object mode"

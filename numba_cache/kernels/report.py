@@ -20,7 +20,8 @@ from numba_cache.keys.components import summarize
 from numba_cache.logs import logger
 
 if TYPE_CHECKING:
-    from numba_cache.keys import Fingerprint, Key
+    from numba_cache.keys import Fingerprint
+    from numba_cache.keys.key import Key
 
 _session: Counter = Counter()
 _warned: set = set()

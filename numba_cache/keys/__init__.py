@@ -1,12 +1,13 @@
 """Cache keys: stable sha256 keys per op kernel and per graph, with their components.
 
-- :mod:`.fingerprint`: the environment every key is salted with;
+- :mod:`.fingerprint`: the environment every key is salted with (:mod:`.remembered`: the same,
+  read cheaply, for commands that do not compile);
+- :mod:`.key`: a digest that keeps its components;
 - :mod:`.canonical`: content descriptions of values (props, constants, types);
 - :mod:`.graph`: descriptions of ops, types and whole graphs;
 - :mod:`.kernels`: the keys of the two cache levels (graph kernel, op kernel).
 """
 
 from numba_cache.keys.fingerprint import Fingerprint, current_fingerprint
-from numba_cache.keys.key import Key
 
-__all__ = ["Fingerprint", "Key", "current_fingerprint"]
+__all__ = ["Fingerprint", "current_fingerprint"]

@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from numba_cache.kernels.serialize import self_test
 from numba_cache.keys import Fingerprint
 from numba_cache.keys.components import DIGEST_DIGITS, changed_components
 from numba_cache.store import CorruptEntry, Store
@@ -199,6 +198,8 @@ def _check_numba(store: Store, current: Fingerprint) -> None:
     if store.fingerprint_components(current.digest) is not None:
         return
     try:
+        from numba_cache.kernels.serialize import self_test  # imports numba: only on import
+
         self_test()
     except Exception as error:
         raise ArchiveError(
