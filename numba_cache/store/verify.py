@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .entry import Entry
 from .index import Index
 from .local import LocalBackend
 from .record import CorruptEntry, decode
 from .references import References
+
+#: Records read and checked at once per thread: enough to keep the threads busy,
+#: few enough that the decoded blobs in flight stay small.
+_IN_FLIGHT_PER_THREAD = 8
 
 
 @dataclass(frozen=True)
@@ -48,33 +58,30 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
         problems.append(Problem("the index is not usable", path=index.path))
     rows = {(entry.fingerprint, entry.key) for entry in indexed or ()}
     on_disk = set()
-    for fingerprint, key, size, mtime in backend.list():
+    listing = backend.list()
+    check = _checker(backend, references)
+    for (fingerprint, key, size, mtime), checked in _in_parallel(check, listing):
         on_disk.add((fingerprint, key))
-        try:
-            data = backend.get(fingerprint, key)
-            if data is None:  # removed since it was listed
-                continue
-            entry = decode(data, fingerprint, key)
-        except (CorruptEntry, OSError) as error:
-            problems.append(Problem(f"unreadable record: {error}", fingerprint, key))
+        if checked.gone:  # removed since it was listed
+            continue
+        if checked.error is not None:
+            problems.append(Problem(f"unreadable record: {checked.error}", fingerprint, key))
             if repair:
                 backend.remove(fingerprint, key)
                 index.drop([(fingerprint, key)])
             continue
-        broken = references.add(entry)
-        if broken is not None:
-            problems.append(Problem(f"broken reference: {broken}", fingerprint, key))
+        entry = checked.entry
+        if checked.broken is not None:
+            problems.append(Problem(f"broken reference: {checked.broken}", fingerprint, key))
             if repair:
                 backend.remove(fingerprint, key)
                 index.drop([(fingerprint, key)])
             continue
-        source = entry.blobs.get("source")
-        copy = backend.read_source(fingerprint, key)
-        if source is not None and copy is not None and copy != source:
+        if checked.source_differs:
             problem = "the .py copy differs from the record's source"
             problems.append(Problem(problem, fingerprint, key))
             if repair:
-                backend.put(fingerprint, key, data, source.decode(errors="replace"))
+                _rewrite_source_copy(backend, fingerprint, key)
         if indexed is not None and (fingerprint, key) not in rows:
             problems.append(Problem("entry missing from the index", fingerprint, key))
             if repair:
@@ -108,3 +115,64 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
         for reference in references.dangling()
     )
     return problems
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """What reading one record found: its entry (without its blobs), or why not."""
+
+    entry: Entry | None = None
+    error: Exception | None = None
+    broken: str | None = None
+    source_differs: bool = False
+    gone: bool = False
+
+
+def _checker(backend: LocalBackend, references: References) -> Callable[..., _Checked]:
+    """Read, decode and check one record, noting its references (under a lock: threads)."""
+    noting = threading.Lock()
+
+    def check(fingerprint: str, key: str, size: int, mtime: float) -> _Checked:
+        try:
+            data = backend.get(fingerprint, key)
+            if data is None:
+                return _Checked(gone=True)
+            entry = decode(data, fingerprint, key)
+        except (CorruptEntry, OSError) as error:
+            return _Checked(error=error)
+        with noting:
+            broken = references.add(entry)
+        source = entry.blobs.get("source")
+        copy = backend.read_source(fingerprint, key)
+        differs = source is not None and copy is not None and copy != source
+        entry.blobs = {}
+        return _Checked(entry=entry, broken=broken, source_differs=differs)
+
+    return check
+
+
+def _in_parallel(check: Callable[..., _Checked], listing: Iterable[tuple]) -> Iterator[tuple]:
+    """``(item, check(*item))`` for each item of `listing`, in order, checked by a thread per CPU.
+
+    Reading, checksumming and inflating release the GIL, so the threads overlap
+    where the time goes; a bounded window keeps the decoded records in memory few.
+    """
+    threads = max(1, min(8, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        pending: deque = deque()
+        for item in listing:
+            pending.append((item, pool.submit(check, *item)))
+            if len(pending) >= threads * _IN_FLIGHT_PER_THREAD:
+                item, future = pending.popleft()
+                yield item, future.result()
+        while pending:
+            item, future = pending.popleft()
+            yield item, future.result()
+
+
+def _rewrite_source_copy(backend: LocalBackend, fingerprint: str, key: str) -> None:
+    with contextlib.suppress(CorruptEntry, OSError):
+        data = backend.get(fingerprint, key)
+        if data is not None:
+            source = decode(data, fingerprint, key).blobs["source"]
+            backend.put(fingerprint, key, data, source.decode(errors="replace"))
