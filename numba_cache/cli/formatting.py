@@ -61,3 +61,10 @@ def plural(count: int, noun: str) -> str:
     if noun.endswith(("s", "sh", "ch", "x")):
         return f"{count} {noun}es"
     return f"{count} {noun}s"
+
+
+def elapsed(seconds: float) -> str:
+    """``0:07``, ``12:34``, ``1:02:03``."""
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from pathlib import Path
 
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import CliError, open_store
-from numba_cache.cli.formatting import human_size, human_time, plural
-from numba_cache.cli.progress import StatusLine, elapsed
-from numba_cache.keys import current_fingerprint
+from numba_cache.cli.formatting import elapsed, human_size, human_time, plural
 from numba_cache.keys.components import DIGEST_DIGITS
+from numba_cache.keys.remembered import this_environment
 from numba_cache.portable import archive
 from numba_cache.store import Store
 
@@ -89,7 +87,6 @@ def command_warm(args) -> int:
     current, store = target_store("warming would store nothing")
     check_targets(args.targets)
 
-    status = StatusLine()
     if not args.json:
         jobs = min(args.jobs, len(args.targets))
         print(f"warming {plural(len(args.targets), 'target')}, {jobs} at a time, into "
@@ -97,25 +94,19 @@ def command_warm(args) -> int:
 
     def changed(progress, finished) -> None:
         if finished is not None and not args.json:
-            status.clear()
             target, tally = finished
             print(f"[{progress.finished}/{progress.targets}] {target}: {_tally_text(tally)}", flush=True)
-        status.show(_progress_text(progress), force=finished is not None)
 
     progress = warm.Progress(len(args.targets), changed)
-    stop = threading.Event()
 
-    def tick() -> None:  # the elapsed time moves on while a long compile is silent
-        while not stop.wait(1.0):
-            with progress.lock:
-                status.show(_progress_text(progress), force=True)
+    def describe() -> str:
+        with progress.lock:
+            return _progress_text(progress)
 
-    threading.Thread(target=tick, daemon=True).start()
-    try:
+    from numba_cache.cli.progress import StatusLine  # rich: imported by the commands that draw
+
+    with StatusLine(describe):
         tallies = warm.warm(args.targets, args.jobs, progress)
-    finally:
-        stop.set()
-        status.clear()
     total = progress.tally
     failed = bool(total.failures or total.write_errors)
     if args.json:
@@ -144,21 +135,20 @@ def command_export(args) -> int:
     if not path.parent.is_dir():
         raise CliError(f"no such directory: {path.parent}")
     store = open_store()
-    current = current_fingerprint()
+    current = this_environment()
     if args.all:
         fingerprints = sorted({entry.fingerprint for entry in store.entries()})
     else:
         fingerprints = [current.digest]
     components = {digest: store.fingerprint_components(digest) for digest in fingerprints}
     components[current.digest] = current.components
-    status = StatusLine()
-    try:
+    from numba_cache.cli.progress import StatusLine
+
+    with StatusLine() as status:
         report = archive.export(
             store, path, fingerprints, components, current.digest,
             progress=lambda done, total: status.show(f"exporting {done}/{total} entries"),
         )
-    finally:
-        status.clear()
     size = path.stat().st_size
     if args.json:
         print(json.dumps({
@@ -182,17 +172,17 @@ def command_export(args) -> int:
 
 def command_import(args) -> int:
     store = open_store(write=True, create=True)
-    current = current_fingerprint()
-    status = StatusLine()
+    current = this_environment()
+    from numba_cache.cli.progress import StatusLine
+
     try:
-        report = archive.import_archive(
-            store, Path(args.file), current,
-            progress=lambda done, total: status.show(f"importing {done}/{total} entries"),
-        )
+        with StatusLine() as status:
+            report = archive.import_archive(
+                store, Path(args.file), current,
+                progress=lambda done, total: status.show(f"importing {done}/{total} entries"),
+            )
     except archive.ArchiveError as error:
         raise CliError(str(error)) from None
-    finally:
-        status.clear()
     damaged = report.count("damaged")
     skipped = [outcome for outcome in report.outcomes if outcome.result not in ("imported", "present")]
     if args.json:

@@ -1,45 +1,53 @@
-"""A progress line on stderr: redrawn in place on a terminal, silent elsewhere."""
+"""A progress line on stderr, drawn by rich: redrawn in place on a terminal, silent elsewhere.
+
+rich does what a hand-drawn ``\\r`` line did not: it cuts the line to the
+terminal's width (a wrapped line cannot be redrawn in place), redraws it on its
+own clock (so an elapsed time moves on while a long compile is silent, with no
+thread of ours), and keeps what the command prints meanwhile above the line.
+Imported only by the commands that show progress (``warm``, ``export``, ``import``).
+"""
 
 from __future__ import annotations
 
 import sys
-import time
+from collections.abc import Callable
 
-#: Redraws per second at most: a fast loop must not spend its time printing.
-_RATE = 10
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+#: Redraws per second: often enough for a clock, rarely enough to cost nothing.
+_REFRESH_PER_SECOND = 4
 
 
 class StatusLine:
-    """One line of progress on stderr, when stderr is a terminal.
+    """One line of progress on stderr while the block runs, when stderr is a terminal.
 
-    In CI logs (no terminal) it prints nothing: commands print milestones there.
+    The line shows `describe()`, asked at every redraw, or the last text given to
+    :meth:`show`. In CI logs (no terminal) it draws nothing: commands print
+    milestones there. Erased when the block ends.
     """
 
-    def __init__(self, stream=None):
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
-        self._shown = 0
-        self._last = 0.0
+    def __init__(self, describe: Callable[[], str] | None = None, stream=None):
+        self._describe = describe
+        self._text = ""
+        console = Console(file=stream or sys.stderr)
+        self._live = (Live(self, console=console, transient=True, redirect_stdout=True,
+                           refresh_per_second=_REFRESH_PER_SECOND)
+                      if console.is_terminal else None)
 
-    def show(self, text: str, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self.live or (not force and now - self._last < 1 / _RATE):
-            return
-        self._last = now
-        self.stream.write("\r" + text.ljust(self._shown))
-        self.stream.flush()
-        self._shown = len(text)
+    def show(self, text: str) -> None:
+        self._text = text
 
-    def clear(self) -> None:
-        """Erase the line, so that the next output starts on a clean line."""
-        if self.live and self._shown:
-            self.stream.write("\r" + " " * self._shown + "\r")
-            self.stream.flush()
-            self._shown = 0
+    def __rich__(self) -> Text:
+        text = self._describe() if self._describe is not None else self._text
+        return Text(text, no_wrap=True, overflow="ellipsis")
 
+    def __enter__(self) -> StatusLine:
+        if self._live is not None:
+            self._live.start()
+        return self
 
-def elapsed(seconds: float) -> str:
-    """``0:07``, ``12:34``, ``1:02:03``."""
-    minutes, seconds = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+    def __exit__(self, *exc_info) -> None:
+        if self._live is not None:
+            self._live.stop()
