@@ -68,6 +68,8 @@ def environment(store: Path, code_root: Path, state: Path) -> dict:
     env = dict(os.environ, NBCACHE_DIR=str(store), PYTHONPATH=str(code_root),
                XDG_STATE_HOME=str(state), NBCACHE_MAX_SIZE="1000G")
     env.pop("NBCACHE_REMOTE_URL", None)
+    # An installed package has its bytecode compiled; measure as a user runs it.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
