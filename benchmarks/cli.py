@@ -79,15 +79,16 @@ def build_store(store: Path, entries: int, state: Path) -> None:
         return
     env = environment(store, ROOT, state)
     print(f"building a store of {entries} entries in {store}", file=sys.stderr)
-    subprocess.run([sys.executable, "-c", COMPILE_RADON], env=env, check=True)
-    subprocess.run([sys.executable, "-c", REPLICATE, str(entries)], env=env, check=True)
+    subprocess.run([sys.executable, "-c", COMPILE_RADON], env=env, check=True, cwd=ROOT)
+    subprocess.run([sys.executable, "-c", REPLICATE, str(entries)], env=env, check=True, cwd=ROOT)
     marker.write_text("")
 
 
 def time_command(argv: list[str], env: dict) -> float:
     begin = time.perf_counter()
+    # In the checkout's directory: `python -m` puts the working directory first on the path.
     subprocess.run([sys.executable, "-m", "numba_cache", *argv], env=env, check=False,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   cwd=env["PYTHONPATH"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - begin
 
 
@@ -104,7 +105,7 @@ def main() -> int:
     build_store(store, args.entries, state)
     checkouts = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     for name, code_root in checkouts.items():  # remember the fingerprint, as a first use would
-        subprocess.run([sys.executable, "-m", "numba_cache", "stats"], check=False,
+        subprocess.run([sys.executable, "-m", "numba_cache", "stats"], check=False, cwd=code_root,
                        env=environment(store, code_root, state), stdout=subprocess.DEVNULL)
     times: dict = {}
     for repeat in range(args.repeats):

@@ -82,13 +82,17 @@ def test_readme_links_resolve():
 
 
 def defined_names(module: Path) -> set[str]:
-    """Top-level names a module defines or imports."""
+    """Top-level names a module defines or imports, or loads on first use (the package's
+    ``_LAZY_NAMES`` table, read by its module ``__getattr__``)."""
     names: set[str] = set()
     for node in ast.parse(module.read_text()).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Assign):
-            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            targets = {t.id for t in node.targets if isinstance(t, ast.Name)}
+            names.update(targets)
+            if "_LAZY_NAMES" in targets and isinstance(node.value, ast.Dict):
+                names.update(key.value for key in node.value.keys if isinstance(key, ast.Constant))
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):

@@ -175,3 +175,14 @@ def test_a_first_import_of_a_module_that_imports_pytensor_still_registers_and_ac
     """, {"NBCACHE_ACTIVATE": "1"})
     assert result == result | {"mode": "NumbaCacheLinker", "numba": "NumbaCacheLinker", "active": True}
     assert "numba_cache:" not in result["stderr"]
+
+
+def test_every_name_the_package_offers_loads():
+    result = run_python("""
+        import json
+        import numba_cache
+        loaded = {name: type(getattr(numba_cache, name)).__name__ for name in numba_cache.__all__}
+        print(json.dumps({"loaded": loaded, "dir": sorted(set(numba_cache.__all__) - set(dir(numba_cache)))}))
+    """)
+    assert set(result["loaded"]) >= {"activate", "deactivate", "NumbaCacheLinker", "session_stats"}
+    assert result["dir"] == []

@@ -7,7 +7,7 @@ One module per group of commands: :mod:`.info` (``dir``, ``stats``,
 ``--remote`` (the shared tier on Redis) to ``stats``, ``list`` and ``clear``; :mod:`.startup`
 (``startup``) installs the hook that activates numba_cache in every process; ``demo`` runs
 :mod:`numba_cache.evaluation.demo`. All of them work through the store's public API. Every
-command but ``demo`` takes ``--json`` (field names in the README) and
+command but ``demo`` takes ``--json`` (field names in docs/cli.md) and
 ``-v``/``--verbose`` (``-vv``: debug, every lookup with its key components).
 
 Exit status: 0 done; 1 done, with something to report (``verify`` found

@@ -25,6 +25,7 @@ import hashlib
 import json
 import struct
 import zlib
+from collections.abc import Collection
 from importlib.metadata import PackageNotFoundError, version
 
 from .entry import KINDS, Entry, check_address
@@ -94,11 +95,15 @@ def _stored_form(data: bytes) -> tuple[str, bytes]:
     return ("zlib", compressed) if len(compressed) < len(data) else ("raw", data)
 
 
-def decode(record: bytes, fingerprint: str, key: str) -> Entry:
+def decode(record: bytes, fingerprint: str, key: str,
+           blobs_wanted: Collection[str] | None = None) -> Entry:
     """The entry stored in `record`, which must be the record of (`fingerprint`, `key`).
 
     Raises :class:`CorruptEntry` if anything is off: magic, lengths, checksums, JSON,
-    field types, or a record that belongs to another key or fingerprint.
+    field types, or a record that belongs to another key or fingerprint. With
+    `blobs_wanted`, the entry holds only those blobs; the others are checked
+    against their checksums but not inflated (``verify`` reads every record: the
+    checksum covers every stored byte, inflating would only check the writer).
     """
     if len(record) < _HEADER_SIZE or not record.startswith((MAGIC, _FORMAT_2_MAGIC)):
         raise CorruptEntry("not a numba_cache record (bad magic or too short)")
@@ -117,8 +122,8 @@ def decode(record: bytes, fingerprint: str, key: str) -> Entry:
     _check_metadata(metadata, format_2)
     if metadata["key"] != key or metadata["fingerprint"] != fingerprint:
         raise CorruptEntry("record belongs to another key or fingerprint")
-    blobs = _read_blobs(record, blobs_start, metadata["blobs"])
-    if not metadata["cacheable"] and (blobs or not metadata["reason"]):
+    blobs = _read_blobs(record, blobs_start, metadata["blobs"], blobs_wanted)
+    if not metadata["cacheable"] and (metadata["blobs"] or not metadata["reason"]):
         raise CorruptEntry("uncacheable marker with blobs or without a reason")
     return Entry(
         key=key,
@@ -177,8 +182,10 @@ def _check_metadata(metadata: object, format_2: bool = False) -> None:
             raise CorruptEntry("blob description without a known encoding and decoded size")
 
 
-def _read_blobs(record: bytes, start: int, descriptions: list[dict]) -> dict[str, bytes]:
+def _read_blobs(record: bytes, start: int, descriptions: list[dict],
+                wanted: Collection[str] | None) -> dict[str, bytes]:
     blobs = {}
+    seen = set()
     view = memoryview(record)
     for description in descriptions:
         end = start + description["size"]
@@ -187,9 +194,11 @@ def _read_blobs(record: bytes, start: int, descriptions: list[dict]) -> dict[str
         data = bytes(view[start:end])
         if hashlib.sha256(data).hexdigest() != description["sha256"]:
             raise CorruptEntry(f"blob {description['name']!r} fails its checksum")
-        if description["name"] in blobs:
+        if description["name"] in seen:
             raise CorruptEntry(f"blob {description['name']!r} appears twice")
-        blobs[description["name"]] = _decoded(data, description)
+        seen.add(description["name"])
+        if wanted is None or description["name"] in wanted:
+            blobs[description["name"]] = _decoded(data, description)
         start = end
     if start != len(record):
         raise CorruptEntry("trailing bytes after the last blob")

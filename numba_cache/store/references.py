@@ -32,6 +32,10 @@ BLOCK_COMPONENT = "block"
 REWRITE_BLOBS = ("graph", GRAPH_KEY_BLOB, "kernel_source")
 
 
+#: The blobs :meth:`References.add` reads of an entry (``verify`` inflates only these).
+BLOBS_READ = (*REWRITE_BLOBS, BLOCKS_BLOB)
+
+
 def graph_key_fields(entry: Entry) -> dict:
     """The graph kernel key a rewrite entry promises, as stored (``kind``, ``summary``,
     ``components``, ``digest``); raises ValueError when the promise cannot be honoured."""

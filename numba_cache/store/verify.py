@@ -15,7 +15,10 @@ from .entry import Entry
 from .index import Index
 from .local import LocalBackend
 from .record import CorruptEntry, decode
-from .references import References
+from .references import BLOBS_READ, References
+
+#: What verify inflates: what references read, and the source its .py copy must equal.
+_BLOBS_CHECKED_DECODED = frozenset({*BLOBS_READ, "source"})
 
 #: Records read and checked at once per thread: enough to keep the threads busy,
 #: few enough that the decoded blobs in flight stay small.
@@ -137,7 +140,7 @@ def _checker(backend: LocalBackend, references: References) -> Callable[..., _Ch
             data = backend.get(fingerprint, key)
             if data is None:
                 return _Checked(gone=True)
-            entry = decode(data, fingerprint, key)
+            entry = decode(data, fingerprint, key, _BLOBS_CHECKED_DECODED)
         except (CorruptEntry, OSError) as error:
             return _Checked(error=error)
         with noting:
