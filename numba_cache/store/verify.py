@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,10 +14,6 @@ from .references import BLOBS_READ, References
 
 #: What verify inflates: what references read, and the source its .py copy must equal.
 _BLOBS_CHECKED_DECODED = frozenset({*BLOBS_READ, "source"})
-
-#: Records read and checked at once per thread: enough to keep the threads busy,
-#: few enough that the decoded blobs in flight stay small.
-_IN_FLIGHT_PER_THREAD = 8
 
 
 @dataclass(frozen=True)
@@ -61,9 +52,8 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
         problems.append(Problem("the index is not usable", path=index.path))
     rows = {(entry.fingerprint, entry.key) for entry in indexed or ()}
     on_disk = set()
-    listing = backend.list()
-    check = _checker(backend, references)
-    for (fingerprint, key, size, mtime), checked in _in_parallel(check, listing):
+    for fingerprint, key, size, mtime in backend.list():
+        checked = _check(backend, references, fingerprint, key)
         on_disk.add((fingerprint, key))
         if checked.gone:  # removed since it was listed
             continue
@@ -131,46 +121,21 @@ class _Checked:
     gone: bool = False
 
 
-def _checker(backend: LocalBackend, references: References) -> Callable[..., _Checked]:
-    """Read, decode and check one record, noting its references (under a lock: threads)."""
-    noting = threading.Lock()
-
-    def check(fingerprint: str, key: str, size: int, mtime: float) -> _Checked:
-        try:
-            data = backend.get(fingerprint, key)
-            if data is None:
-                return _Checked(gone=True)
-            entry = decode(data, fingerprint, key, _BLOBS_CHECKED_DECODED)
-        except (CorruptEntry, OSError) as error:
-            return _Checked(error=error)
-        with noting:
-            broken = references.add(entry)
-        source = entry.blobs.get("source")
-        copy = backend.read_source(fingerprint, key)
-        differs = source is not None and copy is not None and copy != source
-        entry.blobs = {}
-        return _Checked(entry=entry, broken=broken, source_differs=differs)
-
-    return check
-
-
-def _in_parallel(check: Callable[..., _Checked], listing: Iterable[tuple]) -> Iterator[tuple]:
-    """``(item, check(*item))`` for each item of `listing`, in order, checked by a thread per CPU.
-
-    Reading, checksumming and inflating release the GIL, so the threads overlap
-    where the time goes; a bounded window keeps the decoded records in memory few.
-    """
-    threads = max(1, min(8, os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        pending: deque = deque()
-        for item in listing:
-            pending.append((item, pool.submit(check, *item)))
-            if len(pending) >= threads * _IN_FLIGHT_PER_THREAD:
-                item, future = pending.popleft()
-                yield item, future.result()
-        while pending:
-            item, future = pending.popleft()
-            yield item, future.result()
+def _check(backend: LocalBackend, references: References, fingerprint: str, key: str) -> _Checked:
+    """Read, decode and check one record, noting its references."""
+    try:
+        data = backend.get(fingerprint, key)
+        if data is None:
+            return _Checked(gone=True)
+        entry = decode(data, fingerprint, key, _BLOBS_CHECKED_DECODED)
+    except (CorruptEntry, OSError) as error:
+        return _Checked(error=error)
+    broken = references.add(entry)
+    source = entry.blobs.get("source")
+    copy = backend.read_source(fingerprint, key)
+    differs = source is not None and copy is not None and copy != source
+    entry.blobs = {}
+    return _Checked(entry=entry, broken=broken, source_differs=differs)
 
 
 def _rewrite_source_copy(backend: LocalBackend, fingerprint: str, key: str) -> None:
