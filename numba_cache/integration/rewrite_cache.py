@@ -26,7 +26,6 @@ import contextlib
 import io
 import pickle
 import time
-import warnings
 from dataclasses import dataclass
 
 from pytensor.compile.maker import FunctionMaker
@@ -41,7 +40,7 @@ from numba_cache.keys.kernels import graph_kernel_key
 from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
-from numba_cache.store import Entry, StoreWarning
+from numba_cache.store import Entry
 from numba_cache.store.references import (
     GRAPH_KERNEL_COMPONENT,
     GRAPH_KEY_BLOB,
@@ -246,14 +245,8 @@ class RewriteLookup:
         return self.context.store.load(self.context.fingerprint.digest, key.digest)
 
     def _discard(self, key, exc) -> bool:
-        warnings.warn(
-            f"numba_cache: removing rewritten graph {key.short}, it could not be restored "
-            f"({exc!r}); rewriting again",
-            StoreWarning,
-            stacklevel=7,
-        )
-        report.record(self.context, "corrupt")
-        self.context.store.remove(self.context.fingerprint.digest, key.digest)
+        report.remove_corrupt(self.context, key, f"rewritten graph {key.short}, it could not be "
+                              f"restored ({exc!r}); rewriting again", stacklevel=7)
         return False
 
     def before_rewrite(self) -> DataReads | None:

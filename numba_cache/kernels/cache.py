@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from collections.abc import Callable
 
 from numba.core.caching import _Cache
@@ -29,7 +28,7 @@ from numba_cache.kernels import blocks as object_mode_blocks
 from numba_cache.kernels import collisions, replay, report
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
-from numba_cache.store import Entry, StoreWarning
+from numba_cache.store import Entry
 from numba_cache.store.references import BLOCKS_BLOB
 
 _OVERLOAD_PREFIX = "kernel:"
@@ -160,14 +159,9 @@ class KernelCache(_Cache):
             object_mode_blocks.note_blocks(entry.blobs.get(BLOCKS_BLOB, b"").decode())
             return load_compile_result(payload, target_context)
         except Exception as exc:  # any failure to rebuild means the entry is unusable
-            warnings.warn(
-                f"numba_cache: removing entry {self._key.short} ({self._key.summary}), "
-                f"its kernel could not be loaded: {exc!r}; recompiling",
-                StoreWarning,
-                stacklevel=2,
-            )
-            report.record(self._context, "corrupt")
-            self._context.store.remove(self._context.fingerprint.digest, self._key.digest)
+            report.remove_corrupt(self._context, self._key, f"entry {self._key.short} "
+                                  f"({self._key.summary}), its kernel could not be loaded: {exc!r}; "
+                                  "recompiling", stacklevel=2)
             return None
 
     def prefetch(self) -> Entry | None:

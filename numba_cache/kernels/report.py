@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from numba_cache.keys.components import summarize
 from numba_cache.logs import logger
+from numba_cache.store.notices import StoreWarning
 
 if TYPE_CHECKING:
     from numba_cache.keys import Fingerprint
@@ -51,6 +53,14 @@ def reset_session_stats() -> None:
 def record(context, name: str) -> None:
     _session[name] += 1
     context.store.count(context.fingerprint.digest, name)
+
+
+def remove_corrupt(context, key, what: str, stacklevel: int) -> None:
+    """Warn that the entry of `key` is removed (`what`: which entry, why, and what now),
+    count it as ``corrupt`` and remove it: a corrupt entry is a miss, once."""
+    warnings.warn(f"numba_cache: removing {what}", StoreWarning, stacklevel=stacklevel + 1)
+    record(context, "corrupt")
+    context.store.remove(context.fingerprint.digest, key.digest)
 
 
 def record_reuse(kind: str) -> None:
