@@ -3,75 +3,29 @@
 Every setting has three sources, highest priority first:
 
 1. Python: ``numba_cache.settings.configure(root=..., max_size="2G", ...)``;
-2. the environment: ``NBCACHE_DIR``, ``NBCACHE_DISABLE``, ``NBCACHE_READONLY``,
-   ``NBCACHE_MAX_SIZE``, ``NBCACHE_LOCK_TIMEOUT``, ``NBCACHE_VERIFY_HITS`` and
-   ``NBCACHE_VERIFY_LIMIT`` (see :mod:`numba_cache.kernels.collisions`), and ``NBCACHE_REMOTE...`` for the shared
-   tier on Redis (see :mod:`numba_cache.store.remote`);
-3. the defaults in :data:`DEFAULTS`.
+2. the environment (``NBCACHE_...``);
+3. its default.
 
-The environment is read on every call of :func:`current`, so a subprocess or a
-test that changes it sees the change. numba's own ``NUMBA_CACHE_DIR`` is
-deliberately not used: it belongs to numba's (and PyTensor's) cache.
+Each setting is defined once, as a row of :data:`SETTINGS` (name, environment
+variable, parser, default, documentation); :func:`configure`, :func:`current`,
+the :class:`Settings` record and the settings pages of the docs are all made
+from that table. The environment is read on every call of :func:`current`, so a
+subprocess or a test that changes it sees the change. numba's own
+``NUMBA_CACHE_DIR`` is deliberately not used: it belongs to numba's (and
+PyTensor's) cache.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, make_dataclass, replace
 from pathlib import Path
 
 import platformdirs
 
 APP_NAME = "numba_cache"
-
-#: Default values, by setting name.
-DEFAULTS = {
-    "max_size": 2 * 1024**3,
-    "disabled": False,
-    "readonly": False,
-    "lock_timeout": 600.0,
-    # Fraction of hits recompiled and compared with what the store served (collision detector).
-    "verify_hits": 0.0,
-    # At most this many of them per process (0: no limit).
-    "verify_hits_limit": 0,
-    # Route every numba compile of PyTensor through numba_cache when it is imported.
-    "activate": False,
-    # The shared tier on Redis: off unless a URL is given.
-    "remote": None,
-    "remote_prefix": "nbcache",
-    "remote_readonly": False,
-    "remote_secret": None,
-    "remote_secret_file": None,
-    "remote_ttl": 30 * 86400.0,
-    "remote_max_size": 64 * 1024**2,
-    # A compile must never wait for a slow or vanished server for long.
-    "remote_connect_timeout": 0.25,
-    "remote_timeout": 0.5,
-    "remote_backoff": 60.0,
-}
-
-#: Environment variable of each setting.
-ENVIRONMENT = {
-    "root": "NBCACHE_DIR",
-    "disabled": "NBCACHE_DISABLE",
-    "readonly": "NBCACHE_READONLY",
-    "max_size": "NBCACHE_MAX_SIZE",
-    "lock_timeout": "NBCACHE_LOCK_TIMEOUT",
-    "verify_hits": "NBCACHE_VERIFY_HITS",
-    "verify_hits_limit": "NBCACHE_VERIFY_LIMIT",
-    "activate": "NBCACHE_ACTIVATE",
-    "remote": "NBCACHE_REMOTE",
-    "remote_prefix": "NBCACHE_REMOTE_PREFIX",
-    "remote_readonly": "NBCACHE_REMOTE_READONLY",
-    "remote_secret": "NBCACHE_REMOTE_SECRET",
-    "remote_secret_file": "NBCACHE_REMOTE_SECRET_FILE",
-    "remote_ttl": "NBCACHE_REMOTE_TTL",
-    "remote_max_size": "NBCACHE_REMOTE_MAX_SIZE",
-    "remote_connect_timeout": "NBCACHE_REMOTE_CONNECT_TIMEOUT",
-    "remote_timeout": "NBCACHE_REMOTE_TIMEOUT",
-    "remote_backoff": "NBCACHE_REMOTE_BACKOFF",
-}
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -181,63 +135,125 @@ _PREFIX_RE = re.compile(r"[A-Za-z0-9._/-]+")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdwSMHDW]?)\s*$")
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
-_PARSERS = {
-    # Absolute: a relative root would break the index's file URI (and mean another
-    # store after a chdir).
-    "root": lambda text, what: Path(text).expanduser().absolute(),
-    "disabled": parse_bool,
-    "readonly": parse_bool,
-    "max_size": parse_size,
-    "lock_timeout": _parse_float,
-    "verify_hits": parse_fraction,
-    "verify_hits_limit": parse_count,
-    "activate": parse_bool,
-    "remote": _parse_remote_url,
-    "remote_prefix": _parse_prefix,
-    "remote_readonly": parse_bool,
-    "remote_secret": lambda text, what: text,
-    "remote_secret_file": lambda text, what: Path(text).expanduser(),
-    "remote_ttl": parse_duration,
-    "remote_max_size": parse_size,
-    "remote_connect_timeout": _parse_float,
-    "remote_timeout": _parse_float,
-    "remote_backoff": _parse_float,
-}
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The settings in force, and where each came from (``sources``)."""
-
-    root: Path
-    disabled: bool
-    readonly: bool
-    max_size: int
-    lock_timeout: float
-    verify_hits: float
-    verify_hits_limit: int
-    activate: bool
-    remote: str | None
-    remote_prefix: str
-    remote_readonly: bool
-    remote_secret: str | None = field(repr=False)  # never printed by accident
-    remote_secret_file: Path | None
-    remote_ttl: float
-    remote_max_size: int
-    remote_connect_timeout: float
-    remote_timeout: float
-    remote_backoff: float
-    sources: dict = field(compare=False)
-
-    def source_of(self, name: str) -> str:
-        return self.sources[name]
-
-
-_overrides: dict = {}
 
 
 def default_root() -> Path:
     return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+
+
+def _parse_root(text: str, what: str) -> Path:
+    # Absolute: a relative root would break the index's file URI (and mean another
+    # store after a chdir).
+    return Path(text).expanduser().absolute()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: how it is named, read, defaulted and documented."""
+
+    name: str  #: keyword of :func:`configure`, field of :class:`Settings`
+    variable: str  #: its environment variable
+    parse: Callable[[str, str], object]  #: text (and the name to blame) to value
+    default: object  #: the value when unset; a callable computes it
+    doc: str  #: what it does, one line (the docs' table)
+    example: str  #: a value for the docs' table
+    default_doc: str  #: the default, as the docs show it
+    group: str = "store"  #: "store", or "remote": the page documenting it
+    python: str | None = None  #: how Python sets it, when not with configure()
+    secret: bool = False  #: never printed
+
+    def default_value(self):
+        return self.default() if callable(self.default) else self.default
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("root", "NBCACHE_DIR", _parse_root, default_root, "store root",
+            "~/nbcache", '`platformdirs.user_cache_dir("numba_cache")`'),
+    Setting("disabled", "NBCACHE_DISABLE", parse_bool, False, "turn the cache off", "1", "off"),
+    Setting("readonly", "NBCACHE_READONLY", parse_bool, False, "never write", "1", "off"),
+    Setting("max_size", "NBCACHE_MAX_SIZE", parse_size, 2 * 1024**3,
+            "size limit (least recently used entries are evicted)", "2G", "2 GiB"),
+    Setting("lock_timeout", "NBCACHE_LOCK_TIMEOUT", _parse_float, 600.0,
+            "how long to wait for another process compiling the same kernel", "600", "600 s"),
+    Setting("verify_hits", "NBCACHE_VERIFY_HITS", parse_fraction, 0.0,
+            "recompile this fraction of hits and compare (the collision detector)", "1", "0: off"),
+    Setting("verify_hits_limit", "NBCACHE_VERIFY_LIMIT", parse_count, 0,
+            "at most this many of them per process", "100", "0: no limit"),
+    Setting("activate", "NBCACHE_ACTIVATE", parse_bool, False,
+            "route every numba compile of PyTensor through the cache (obeyed as soon as "
+            "PyTensor is imported; see [Use with PyMC](usage.md#use-with-pymc))",
+            "1", "off", python="numba_cache.activate()"),
+    Setting("remote", "NBCACHE_REMOTE", _parse_remote_url, None,
+            "server (`redis://`, `rediss://`, `unix://`)", "redis://cache-host:6379/0",
+            "none: local only", group="remote"),
+    Setting("remote_secret", "NBCACHE_REMOTE_SECRET", lambda text, what: text, None,
+            "shared secret (16 bytes or more)", "...", "none: the tier does not start",
+            group="remote", secret=True),
+    Setting("remote_secret_file", "NBCACHE_REMOTE_SECRET_FILE",
+            lambda text, what: Path(text).expanduser(), None,
+            "a file holding the shared secret", "~/.nbcache-secret",
+            "none: the tier does not start", group="remote"),
+    Setting("remote_prefix", "NBCACHE_REMOTE_PREFIX", _parse_prefix, "nbcache",
+            "key prefix (namespace)", "team-a", "`nbcache`", group="remote"),
+    Setting("remote_readonly", "NBCACHE_REMOTE_READONLY", parse_bool, False,
+            "never write (untrusted jobs)", "1", "off", group="remote"),
+    Setting("remote_ttl", "NBCACHE_REMOTE_TTL", parse_duration, 30 * 86400.0,
+            "expiry, renewed by each hit (`0`: never)", "30d", "30 days", group="remote"),
+    Setting("remote_max_size", "NBCACHE_REMOTE_MAX_SIZE", parse_size, 64 * 1024**2,
+            "largest entry sent (larger ones stay local)", "64M", "64 MiB", group="remote"),
+    # A compile must never wait for a slow or vanished server for long.
+    Setting("remote_connect_timeout", "NBCACHE_REMOTE_CONNECT_TIMEOUT", _parse_float, 0.25,
+            "connect timeout", "0.25", "0.25 s", group="remote"),
+    Setting("remote_timeout", "NBCACHE_REMOTE_TIMEOUT", _parse_float, 0.5,
+            "operation timeout", "0.5", "0.5 s", group="remote"),
+    Setting("remote_backoff", "NBCACHE_REMOTE_BACKOFF", _parse_float, 60.0,
+            "local only after a failure, for", "60", "60 s", group="remote"),
+)
+
+BY_NAME = {setting.name: setting for setting in SETTINGS}
+#: Environment variable of each setting.
+ENVIRONMENT = {setting.name: setting.variable for setting in SETTINGS}
+
+
+def _source_of(self, name: str) -> str:
+    return self.sources[name]
+
+
+#: The settings in force, and where each came from (``sources``): a field per setting.
+Settings = make_dataclass(
+    "Settings",
+    [(setting.name, object, field(repr=not setting.secret)) for setting in SETTINGS]
+    + [("sources", dict, field(compare=False))],
+    frozen=True,
+    namespace={"source_of": _source_of},
+    module=__name__,
+)
+
+
+def read(name: str):
+    """The value of one setting from the environment (or its default), parsed.
+
+    Raises :class:`SettingsError` if its variable holds something unusable; other
+    settings are not read (an import must not fail for a setting it does not use).
+    """
+    setting = BY_NAME[name]
+    text = os.environ.get(setting.variable, "")
+    return setting.parse(text, setting.variable) if text.strip() else setting.default_value()
+
+
+def markdown_table(group: str) -> str:
+    """The docs' table of the settings of `group` (made by the docs build, never typed)."""
+    rows = ["| setting | environment | Python | default |", "|---|---|---|---|"]
+    for setting in SETTINGS:
+        if setting.group != group:
+            continue
+        python = setting.python or f"configure({setting.name}=...)"
+        rows.append(f"| {setting.doc} | `{setting.variable}={setting.example}` | `{python}` "
+                    f"| {setting.default_doc} |")
+    return "\n".join(rows)
+
+
+_overrides: dict = {}
 
 
 def configure(**overrides) -> Settings:
@@ -246,32 +262,34 @@ def configure(**overrides) -> Settings:
     Pass ``None`` for a setting to drop its override. Returns the new settings.
     """
     for name, value in overrides.items():
-        if name not in ENVIRONMENT:
+        setting = BY_NAME.get(name)
+        if setting is None:
             raise SettingsError(
-                f"unknown setting {name!r}; known settings: {', '.join(ENVIRONMENT)}"
+                f"unknown setting {name!r}; known settings: {', '.join(BY_NAME)}"
             )
+        default = setting.default_value()
         if value is None:
             _overrides.pop(name, None)
-        elif isinstance(value, (str, Path)) or DEFAULTS.get(name) is None:
+        elif isinstance(value, (str, Path)) or default is None:
             # Settings without a typed default (root, remote URL, secret) are text or paths.
-            _overrides[name] = _PARSERS[name](str(value), name)
+            _overrides[name] = setting.parse(str(value), name)
         else:
-            _overrides[name] = type(DEFAULTS[name])(value)
+            _overrides[name] = type(default)(value)
     return current()
 
 
 def current() -> Settings:
     """The settings in force now (Python overrides, then environment, then defaults)."""
     values, sources = {}, {}
-    for name, variable in ENVIRONMENT.items():
+    for setting in SETTINGS:
+        name, variable = setting.name, setting.variable
         if name in _overrides:
             values[name], sources[name] = _overrides[name], "python"
         elif os.environ.get(variable, "").strip():
-            values[name] = _PARSERS[name](os.environ[variable], variable)
+            values[name] = setting.parse(os.environ[variable], variable)
             sources[name] = f"env {variable}"
         else:
-            values[name] = default_root() if name == "root" else DEFAULTS[name]
-            sources[name] = "default"
+            values[name], sources[name] = setting.default_value(), "default"
     return Settings(**values, sources=sources)
 
 

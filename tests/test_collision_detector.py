@@ -13,6 +13,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from helpers import TESTS
 
 import numba_cache
 from numba_cache import settings
@@ -20,8 +21,6 @@ from numba_cache.kernels import collisions
 from numba_cache.kernels.collisions import normalized_ir
 from numba_cache.kernels.context import current_context
 from numba_cache.store import StoreWarning
-
-from helpers import TESTS
 
 VALUES = np.array([0.5, 1.0, 2.0])
 #: A target for ``numba-cache verify --recompile``: compiles and calls exp(x) as

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import markdown
 
+from numba_cache.settings import SETTINGS
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -40,6 +42,11 @@ def test_docs_build_strict(tmp_path):
     )
     assert result.returncode == 0, f"mkdocs build --strict failed:\n{result.stdout}\n{result.stderr}"
     assert (tmp_path / "site" / "index.html").is_file()
+    # The settings tables are made from the settings' table, every setting on its page.
+    pages = {"store": "settings", "remote": "remote"}
+    for setting in SETTINGS:
+        page = (tmp_path / "site" / pages[setting.group] / "index.html").read_text()
+        assert f"<code>{setting.variable}=" in page, f"{setting.variable} missing from its page"
 
 
 def links(text: str) -> list[str]:

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 import store_states
 from helpers import run_python
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from store_states import differences
 
 UNARY = ("exp", "tanh", "square", "cumsum", "centre", "flip")

@@ -13,8 +13,8 @@ import json
 
 import numpy as np
 import pytest
-
 from helpers import run_python
+
 from numba_cache import settings
 
 CASES = [(y_ndim, sparse_format) for sparse_format in ("csr", "csc") for y_ndim in (0, 1, 2)]

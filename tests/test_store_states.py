@@ -15,7 +15,6 @@ import json
 import time
 
 import pytest
-
 import store_states
 from helpers import run_python
 from reliability import numba_cache_cli

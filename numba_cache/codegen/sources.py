@@ -13,14 +13,6 @@ from textwrap import indent
 
 from pytensor.graph.basic import Constant
 
-#: Bump when the shape of generated code changes; it is part of every key.
-#: 3: nodes in :func:`numba_cache.keys.order.execution_order`, not ``fgraph.toposort()``
-#: (version 2 kernels compiled from a graph restored by the rewrite cache could
-#: run an inplace op before a reader of its input).
-#: 4: graph entries carry the warnings of their conversion (replayed on a hit), which
-#: version 3 entries lack.
-CODEGEN_VERSION = 4
-
 _IDENTIFIER_UNSAFE = re.compile(r"\W+")
 
 

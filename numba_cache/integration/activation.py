@@ -27,7 +27,6 @@ function compiled through it.
 
 from __future__ import annotations
 
-import os
 import warnings
 
 from pytensor.compile import mode as mode_module
@@ -55,12 +54,8 @@ def activate_if_asked() -> None:
     Only that setting is read: another bad setting is reported where it is used.
     A value that is not a boolean is warned about, never raised: an import must not fail.
     """
-    variable = settings.ENVIRONMENT["activate"]
-    text = os.environ.get(variable)
-    if text is None or not text.strip():
-        return
     try:
-        wanted = settings.parse_bool(text, variable)
+        wanted = settings.read("activate")
     except settings.SettingsError as error:
         warnings.warn(f"numba_cache is not activated: {error}", stacklevel=3)
         return

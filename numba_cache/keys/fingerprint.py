@@ -18,11 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 
-#: Version of numba_cache's key and entry formats; bump to invalidate every entry.
-#: 4: kernels are self-contained (``kernels/self_contained.py``): format 3 entries
-#: hold weak copies that a process binds to whatever it loaded first; op keys
-#: describe tensor subclasses in full (CSR and CSC kernels shared a key).
-FORMAT_VERSION = 4
+from numba_cache import versions
 
 _VERSIONED_PACKAGES = ("numba", "llvmlite", "numpy", "scipy", "pytensor")
 
@@ -101,7 +97,7 @@ def _pytensor_flags() -> dict:
 @functools.cache
 def _static_components() -> tuple:
     components = {
-        "format_version": FORMAT_VERSION,
+        "format_version": versions.KEY_FORMAT,
         "python": f"{sys.implementation.name}-{platform.python_version()}",
         **{name: _package_version(name) for name in _VERSIONED_PACKAGES},
         **_codegen_components(),

@@ -16,7 +16,7 @@ array constants are kernel arguments and enter by type and shape only (see
 
 from __future__ import annotations
 
-from numba_cache.codegen.sources import CODEGEN_VERSION
+from numba_cache import versions
 from numba_cache.keys.canonical import digest, qualified_name
 from numba_cache.keys.graph import (
     describe_graph,
@@ -43,7 +43,7 @@ def graph_kernel_key(fgraph, fingerprint, order=None) -> Key:
         graph_summary(fgraph),
         {
             "fingerprint": fingerprint.digest,
-            "codegen": CODEGEN_VERSION,
+            "codegen": versions.CODEGEN,
             "graph": description.digest,
             "inputs": description.inputs,
             "outputs": description.outputs,
@@ -63,7 +63,7 @@ def op_kernel_key(node, pytensor_key: str, fingerprint) -> Key:
         f"op {str(op)[:60]}",
         {
             "fingerprint": fingerprint.digest,
-            "codegen": CODEGEN_VERSION,
+            "codegen": versions.CODEGEN,
             "op_type": qualified_name(type(op)),
             "op": op_digest,
             "pytensor_key": pytensor_key,
@@ -84,7 +84,7 @@ def object_mode_key(block_uuid: str, function: str, signature: str, fingerprint)
         f"object-mode block in {function}",
         {
             "fingerprint": fingerprint.digest,
-            "codegen": CODEGEN_VERSION,
+            "codegen": versions.CODEGEN,
             BLOCK_COMPONENT: block_uuid,
             "function": function,
             "signature": signature,

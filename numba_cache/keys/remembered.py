@@ -26,7 +26,8 @@ from pathlib import Path
 
 import platformdirs
 
-from numba_cache.keys.fingerprint import _VERSIONED_PACKAGES, FORMAT_VERSION, Fingerprint
+from numba_cache import versions
+from numba_cache.keys.fingerprint import _VERSIONED_PACKAGES, Fingerprint
 
 MEMO_NAME = "fingerprints.json"
 #: Tokens kept; the oldest go first (a few virtual environments, a few CPU settings).
@@ -73,7 +74,7 @@ def memo_path() -> Path:
 def environment_token() -> str:
     """A digest of everything the fingerprint is computed from that can be read cheaply."""
     parts = {
-        "format_version": FORMAT_VERSION,
+        "format_version": versions.KEY_FORMAT,
         "executable": sys.executable,
         "python": sys.version,
         "packages": {name: _installed_version(name) for name in _VERSIONED_PACKAGES},

@@ -18,6 +18,7 @@ import json
 import sys
 from collections.abc import Callable
 
+from numba_cache import versions
 from numba_cache.keys.canonical import canonical, digest, qualified_name
 from numba_cache.keys.graph import describe_graph
 from numba_cache.keys.key import Key
@@ -38,17 +39,6 @@ REWRITE_FLAGS = (
     "scan__allow_output_prealloc",
     "tensor__insert_inplace_optimizer_validate_nb",
 )
-
-#: Bump when the stored form of a rewritten graph changes, or what rewriting produces.
-#: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with
-#: numba's inner-graph rewrite (version 1 entries hold C/VM-baked Scan inner graphs).
-#: 3: graphs with data constants are keyed by the questions rewriting asked of
-#: the data (:mod:`.data_reads`); their stored graphs refer to data by slot.
-#: 4: entries hold the digest of the kernel source of the rewritten graph, which
-#: a restored graph must reproduce (version 3 restores lacked the destroy orderings).
-#: 5: the graph kernel key is stored as JSON, which ``verify`` checks without unpickling.
-REWRITE_CACHE_VERSION = 5
-
 
 def describe_query(query, database=None) -> list:
     """A rewrite query (include/exclude/require tags...) or, failing that, the rewriter.
@@ -154,7 +144,7 @@ def rewrite_key(fgraph, inputs, outputs, mode, fingerprint, rewrites_digest: str
         f"rewrite of a graph of {len(fgraph.apply_nodes)} nodes ({data})",
         {
             "fingerprint": fingerprint.digest,
-            "version": REWRITE_CACHE_VERSION,
+            "version": versions.REWRITE_CACHE,
             "graph": description.digest,
             "data": data,
             "inputs": [[bool(spec.mutable), bool(spec.borrow)] for spec in inputs],

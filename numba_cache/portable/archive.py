@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from numba_cache import versions
 from numba_cache.keys import Fingerprint
 from numba_cache.keys.components import DIGEST_DIGITS, changed_components
 from numba_cache.store import CorruptEntry, Store
@@ -46,7 +47,6 @@ from numba_cache.store.entry import is_sha256_hex
 from numba_cache.store.record import TOOL_VERSION
 
 FORMAT = "numba_cache archive"
-FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 ENTRIES_DIR = "entries"
 #: A manifest larger than this is not one numba_cache wrote (about 300 bytes an entry).
@@ -130,7 +130,7 @@ def export(
             progress(len(chosen), len(chosen))
             manifest = {
                 "format": FORMAT,
-                "format_version": FORMAT_VERSION,
+                "format_version": versions.ARCHIVE,
                 "tool_version": TOOL_VERSION,
                 "created": time.time(),
                 "exported_from": current,
@@ -265,10 +265,10 @@ def _manifest(path: Path, data: bytes) -> dict:
         raise ArchiveError(f"{path}: unreadable {MANIFEST_NAME} ({error}); nothing imported") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ArchiveError(f"{path}: {MANIFEST_NAME} is not a numba_cache manifest; nothing imported")
-    if manifest.get("format_version") != FORMAT_VERSION:
+    if manifest.get("format_version") != versions.ARCHIVE:
         raise ArchiveError(
             f"{path}: archive format version {manifest.get('format_version')!r}, this numba_cache "
-            f"reads version {FORMAT_VERSION}; export it again with this version"
+            f"reads version {versions.ARCHIVE}; export it again with this version"
         )
     entries, fingerprints = manifest.get("entries"), manifest.get("fingerprints")
     if not isinstance(entries, list) or not isinstance(fingerprints, dict) or not all(

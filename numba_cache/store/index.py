@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
+from .. import versions
 from .entry import Entry
 from .local import make_private_dirs
 from .notices import warn_once
 
-SCHEMA_VERSION = 1
 BUSY_TIMEOUT = 5.0
 
 _SCHEMA = (
@@ -268,9 +268,9 @@ class Index:
             version = _schema_version(connection)
             if version == 0 and not self._readonly:
                 self._initialize(connection)
-            elif version != SCHEMA_VERSION:
+            elif version != versions.INDEX_SCHEMA:
                 raise sqlite3.OperationalError(
-                    f"schema version {version}, this numba_cache knows {SCHEMA_VERSION}"
+                    f"schema version {version}, this numba_cache knows {versions.INDEX_SCHEMA}"
                 )
         except BaseException:
             connection.close()
@@ -302,7 +302,7 @@ class Index:
                 for statement in _SCHEMA:
                     connection.execute(statement)
                 connection.executemany(f"INSERT OR IGNORE INTO entries{_VALUES}", found)
-                connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                connection.execute(f"PRAGMA user_version = {versions.INDEX_SCHEMA}")
             connection.execute("COMMIT")
         except BaseException:
             if connection.in_transaction:

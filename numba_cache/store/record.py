@@ -28,9 +28,10 @@ import zlib
 from collections.abc import Collection
 from importlib.metadata import PackageNotFoundError, version
 
+from .. import versions
 from .entry import KINDS, Entry, check_address
 
-MAGIC = b"NBCACHE3"
+MAGIC = b"NBCACHE%d" % versions.RECORD
 _FORMAT_2_MAGIC = b"NBCACHE2"
 _COMPRESSION_LEVEL = 1
 _LENGTH = struct.Struct(">I")

@@ -22,7 +22,9 @@ import hmac
 import struct
 import zlib
 
-MAGIC = b"NBREMOT1"
+from ... import versions
+
+MAGIC = b"NBREMOT%d" % versions.REMOTE_ENVELOPE
 _LENGTH = struct.Struct(">Q")
 _DIGEST_SIZE = 32
 _HEADER_SIZE = len(MAGIC) + 2 * _DIGEST_SIZE

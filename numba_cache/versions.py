@@ -1,0 +1,44 @@
+"""Format versions, all in one place. Bump one when the form it names changes.
+
+Each is written into what it versions and checked when read: an entry, archive,
+index or envelope of another version is a miss, a refusal or a rebuild, never
+misread.
+"""
+
+#: numba_cache's key and entry formats, part of every fingerprint: bumping it
+#: invalidates every entry.
+#: 4: kernels are self-contained (``kernels/self_contained.py``): format 3 entries
+#: hold weak copies that a process binds to whatever it loaded first; op keys
+#: describe tensor subclasses in full (CSR and CSC kernels shared a key).
+KEY_FORMAT = 4
+
+#: The shape of generated code, part of every kernel key.
+#: 3: nodes in :func:`numba_cache.keys.order.execution_order`, not ``fgraph.toposort()``
+#: (version 2 kernels compiled from a graph restored by the rewrite cache could
+#: run an inplace op before a reader of its input).
+#: 4: graph entries carry the warnings of their conversion (replayed on a hit), which
+#: version 3 entries lack.
+CODEGEN = 4
+
+#: The stored form of a rewritten graph, or what rewriting produces; part of every rewrite key.
+#: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with
+#: numba's inner-graph rewrite (version 1 entries hold C/VM-baked Scan inner graphs).
+#: 3: graphs with data constants are keyed by the questions rewriting asked of
+#: the data (``keys/data_reads.py``); their stored graphs refer to data by slot.
+#: 4: entries hold the digest of the kernel source of the rewritten graph, which
+#: a restored graph must reproduce (version 3 restores lacked the destroy orderings).
+#: 5: the graph kernel key is stored as JSON, which ``verify`` checks without unpickling.
+REWRITE_CACHE = 5
+
+#: The on-disk record of one entry (``store/record.py``), in its magic ``NBCACHE<n>``;
+#: version 2 records (every blob raw) are still read.
+RECORD = 3
+
+#: The SQLite index of a local store (``PRAGMA user_version``); another is rebuilt.
+INDEX_SCHEMA = 1
+
+#: ``numba-cache export`` archives; another is refused with what to do.
+ARCHIVE = 1
+
+#: The signed envelope of an entry on the Redis tier, in its magic ``NBREMOT<n>``.
+REMOTE_ENVELOPE = 1
