@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
-from helpers import TESTS
+from helpers import child_environment, run_cli
 from pytensor.compile.mode import Mode
 
 import numba_cache
@@ -225,11 +225,6 @@ def main(arguments: list[str]) -> None:
 # In the test process
 
 
-def environment(env: dict | None = None) -> dict:
-    paths = [str(TESTS), str(TESTS.parent)]
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **(env or {}))
-
-
 def start(
     names: list[str],
     env: dict | None = None,
@@ -244,7 +239,7 @@ def start(
     with contextlib.ExitStack() as files:
         errors = subprocess.PIPE if stderr is None else files.enter_context(stderr.open("w"))
         return subprocess.Popen(
-            [sys.executable, str(Path(__file__)), command, *names], env=environment(env),
+            [sys.executable, str(Path(__file__)), command, *names], env=child_environment(env),
             stdout=subprocess.PIPE, stderr=errors, text=True,
         )
 
@@ -300,16 +295,9 @@ def decision_of(report: dict, name: str, key: str) -> str:
     return decision
 
 
-def numba_cache_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "numba_cache", *args], env=environment(env),
-        capture_output=True, text=True, timeout=300, check=False,
-    )
-
-
 def verify_problems(env: dict | None = None) -> list[dict]:
     """What ``numba-cache verify`` finds in the store NBCACHE_DIR names (empty: clean)."""
-    result = numba_cache_cli("verify", "--json", env=env)
+    result = run_cli("verify", "--json", env=env)
     assert result.returncode in (0, 1), result.stderr
     problems = json.loads(result.stdout)["problems"]
     assert (result.returncode == 0) == (not problems)

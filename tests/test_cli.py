@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import run_python
+from helpers import one_line_error, run_python
+from helpers import run_cli as numba_cache
 
 FAST_OFF = {"PYTENSOR_FLAGS": "numba__fastmath=False"}
 EXP = 'pt.exp(x) * 2.0'
@@ -54,13 +55,6 @@ def reporting(*expressions: str) -> str:
     )
 
 
-def numba_cache(*args, env=None, stdin=None):
-    command = shutil.which("numba-cache") or sys.executable
-    prefix = [] if command.endswith("numba-cache") else ["-m", "numba_cache"]
-    return subprocess.run([command, *prefix, *args], capture_output=True, text=True, stdin=stdin,
-                          env=dict(os.environ, **(env or {})), timeout=600, check=False)
-
-
 def json_of(*args, env=None):
     result = numba_cache(*args, "--json", env=env)
     assert result.returncode == 0, result.stderr
@@ -74,13 +68,6 @@ def listing(**filters) -> list[dict]:
 
 def keys(entries) -> set[str]:
     return {entry["key"] for entry in entries}
-
-
-def one_line_error(result, *fragments) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
-    for fragment in fragments:
-        assert fragment in result.stderr
 
 
 @dataclass(frozen=True)

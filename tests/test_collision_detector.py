@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from helpers import TESTS
+from helpers import run_cli
 
 import numba_cache
 from numba_cache import settings
@@ -103,17 +100,11 @@ def test_the_limit_caps_the_hits_verified_per_process(monkeypatch):
     assert stats["verify.same"] == 1, stats
 
 
-def numba_cache_cli(*args: str) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
-    return subprocess.run([sys.executable, "-m", "numba_cache", *args], env=environment,
-                          capture_output=True, text=True, timeout=300, check=False)
-
-
 def test_verify_recompile_finds_a_planted_collision_then_passes(tmp_path):
     exp_key, log_key = plant_collision()
     target = tmp_path / "exp.py"
     target.write_text(EXP_TARGET)
-    result = numba_cache_cli("verify", "--recompile", "5", str(target), "--json")
+    result = run_cli("verify", "--recompile", "5", str(target), "--json")
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["problems"] == []  # the checksums are sound: only recompiling finds it
@@ -121,14 +112,14 @@ def test_verify_recompile_finds_a_planted_collision_then_passes(tmp_path):
     assert [(c["key"], c["made_under"]) for c in recompiled["collisions"]] == [(exp_key, log_key)]
     assert recompiled["removed"] == 1 and 1 <= recompiled["verified"] <= 5, recompiled
     # The entry now holds exp's code: a second check finds the store sound.
-    again = numba_cache_cli("verify", "--recompile", "5", str(target))
+    again = run_cli("verify", "--recompile", "5", str(target))
     assert again.returncode == 0, again.stdout + again.stderr
     summary = again.stdout.splitlines()[-1]
     assert summary.endswith("hits verified, 0 collisions; 0 entries removed"), again.stdout
     assert int(summary.split()[0]) > 0
     # The text output names both keys.
     store_record_under(exp_key, log_key)
-    text = numba_cache_cli("verify", "--recompile", "5", str(target))
+    text = run_cli("verify", "--recompile", "5", str(target))
     assert text.returncode == 1
     [line] = [line for line in text.stdout.splitlines() if line.startswith("COLLISION")]
     assert exp_key[:12] in line and log_key[:12] in line
@@ -138,7 +129,7 @@ def test_verify_recompile_verifies_at_most_n_hits_in_all(tmp_path):
     compile_and_call(pt.exp)
     target = tmp_path / "exp.py"
     target.write_text(EXP_TARGET)
-    result = numba_cache_cli("verify", "--recompile", "1", str(target), str(target), "--json")
+    result = run_cli("verify", "--recompile", "1", str(target), str(target), "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     recompiled = json.loads(result.stdout)["recompile"]
     assert recompiled["verified"] == 1 and recompiled["collisions"] == []
@@ -157,7 +148,7 @@ def test_verify_recompile_verifies_at_most_n_hits_in_all(tmp_path):
     ],
 )
 def test_verify_recompile_bad_input_is_one_clear_line(arguments, fragment):
-    result = numba_cache_cli("verify", *arguments)
+    result = run_cli("verify", *arguments)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
     assert fragment in result.stderr, result.stderr

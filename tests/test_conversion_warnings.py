@@ -180,7 +180,7 @@ def test_the_warm_process_replays_from_the_store(reports):
 
 def test_object_mode_ops_show_where_users_look(reports):
     """'Why is my warm model slow?': list and stats name the ops that run in object mode."""
-    from reliability import numba_cache_cli
+    from helpers import run_cli as numba_cache_cli
 
     env = {"NBCACHE_DIR": str(reports["store"])}
     listed = json.loads(numba_cache_cli("list", "--json", env=env).stdout)

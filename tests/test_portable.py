@@ -11,10 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import shutil
-import subprocess
-import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,25 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import warm_targets
-from helpers import TESTS, run_python
+from helpers import TESTS, one_line_error, run_cli, run_python
 from reliability import snapshot
 
 FAST_OFF = {"PYTENSOR_FLAGS": "numba__fastmath=False"}
 GOOD = {**warm_targets.EXPRESSIONS, "script": warm_targets.SCRIPT_EXPRESSION}
-
-
-def numba_cache(*args: str, env: dict, cwd: Path = TESTS) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
-    environment.update(env)
-    return subprocess.run([sys.executable, "-m", "numba_cache", *args], env=environment, cwd=cwd,
-                          capture_output=True, text=True, timeout=600, check=False)
-
-
-def one_line_error(result, *fragments) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
-    for fragment in fragments:
-        assert fragment in result.stderr, result.stderr
 
 
 @dataclass(frozen=True)
@@ -55,10 +38,10 @@ class Warmed:
 def warmed(tmp_path_factory) -> Warmed:
     base = tmp_path_factory.mktemp("warmed")
     env = {"NBCACHE_DIR": str(base / "store"), "NBCACHE_DISABLE": "", "NBCACHE_READONLY": ""}
-    result = numba_cache("warm", "-j", "2", "--json", "warm_targets:with_broken_graph",
+    result = run_cli("warm", "-j", "2", "--json", "warm_targets:with_broken_graph",
                          "warm_script.py", env=env)
     assert result.returncode == 1, result.stderr  # the broken graph
-    exported = numba_cache("export", str(base / "cache.tar.gz"), "--json", env=env)
+    exported = run_cli("export", str(base / "cache.tar.gz"), "--json", env=env)
     assert exported.returncode == 0, exported.stderr
     return Warmed(base / "store", json.loads(result.stdout), base / "cache.tar.gz",
                   json.loads(exported.stdout))
@@ -90,13 +73,13 @@ def compile_good_graphs(env: dict) -> dict:
 
 
 def listing(env: dict) -> list[dict]:
-    result = numba_cache("list", "--json", env=env)
+    result = run_cli("list", "--json", env=env)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)["entries"]
 
 
 def verify_clean(env: dict) -> None:
-    result = numba_cache("verify", "--json", env=env)
+    result = run_cli("verify", "--json", env=env)
     assert result.returncode == 0 and json.loads(result.stdout)["problems"] == [], result.stdout
 
 
@@ -138,7 +121,7 @@ def test_warm_stores_the_good_graphs_and_reports_the_broken_one(warmed, tmp_path
     # Warming again finds everything cached; the text report names the failure and exits 1.
     env = {"NBCACHE_DIR": str(tmp_path / "store")}
     shutil.copytree(warmed.root, tmp_path / "store")
-    again = numba_cache("warm", "warm_targets:with_broken_graph", "warm_script.py", env=env)
+    again = run_cli("warm", "warm_targets:with_broken_graph", "warm_script.py", env=env)
     assert again.returncode == 1, again.stderr
     lines = again.stdout.splitlines()
     assert lines[0].startswith("warming 2 targets, 1 at a time, into")
@@ -156,7 +139,7 @@ def test_exported_cache_serves_every_graph_on_another_machine(warmed, tmp_path):
     assert all(len(item["record"]["sha256"]) == 64 for item in manifest["entries"])
 
     env = fresh(tmp_path, "other")
-    imported = numba_cache("import", str(warmed.archive), "--json", env=env)
+    imported = run_cli("import", str(warmed.archive), "--json", env=env)
     assert imported.returncode == 0, imported.stderr
     report = json.loads(imported.stdout)
     assert report["imported"] == warmed.export["entries"] and report["skipped"] == []
@@ -168,14 +151,14 @@ def test_exported_cache_serves_every_graph_on_another_machine(warmed, tmp_path):
     for name, expression in GOOD.items():
         assert np.allclose(run["values"][name], warm_targets.expected(expression), rtol=1e-12)
 
-    again = numba_cache("import", str(warmed.archive), "--json", env=env)
+    again = run_cli("import", str(warmed.archive), "--json", env=env)
     assert again.returncode == 0
     assert json.loads(again.stdout)["present"] == warmed.export["entries"]
 
 
 def test_import_from_another_fingerprint_imports_nothing(warmed, tmp_path):
     env = fresh(tmp_path, "other") | FAST_OFF
-    result = numba_cache("import", str(warmed.archive), env=env)
+    result = run_cli("import", str(warmed.archive), env=env)
     assert result.returncode == 0, result.stderr
     assert "imported 0 entries" in result.stdout
     assert (f"skipped {warmed.export['entries']} entries of another environment: fingerprint "
@@ -197,7 +180,7 @@ def test_import_skips_entries_that_fail_their_checksum(warmed, tmp_path):
 
     rewrite_archive(warmed.archive, damaged, flip_one_byte)
     env = fresh(tmp_path, "other")
-    result = numba_cache("import", str(damaged), env=env)
+    result = run_cli("import", str(damaged), env=env)
     assert result.returncode == 1, result.stderr
     assert f"skipped {target['key'][:12]} (graph, " in result.stdout
     assert "its record fails its checksum (damaged or altered)" in result.stdout
@@ -223,16 +206,16 @@ def test_a_consistently_altered_record_never_replaces_a_valid_entry(warmed, tmp_
     rewrite_archive(warmed.archive, altered, lambda name, data: replaced.get(name, data))
 
     clean = fresh(tmp_path, "clean")
-    result = numba_cache("import", str(altered), env=clean)
+    result = run_cli("import", str(altered), env=clean)
     assert result.returncode == 1
     assert "not a valid record: blob" in result.stdout and "fails its checksum" in result.stdout
     assert target["key"] not in {entry["key"] for entry in listing(clean)}
     verify_clean(clean)
 
     holding = fresh(tmp_path, "holding")
-    assert numba_cache("import", str(warmed.archive), env=holding).returncode == 0
+    assert run_cli("import", str(warmed.archive), env=holding).returncode == 0
     before = snapshot(Path(holding["NBCACHE_DIR"]))
-    result = numba_cache("import", str(altered), env=holding)
+    result = run_cli("import", str(altered), env=holding)
     assert result.returncode == 1
     after = snapshot(Path(holding["NBCACHE_DIR"]))
     assert {name: digest for name, digest in after.items() if name.endswith((".nbk", ".py"))} == {
@@ -245,29 +228,29 @@ def test_truncated_or_foreign_archives_are_refused_whole(warmed, tmp_path):
     truncated = tmp_path / "truncated.tar.gz"
     truncated.write_bytes(warmed.archive.read_bytes()[: warmed.archive.stat().st_size * 3 // 4])
     env = fresh(tmp_path, "other")
-    result = numba_cache("import", str(truncated), env=env)
+    result = run_cli("import", str(truncated), env=env)
     one_line_error(result, "truncated, damaged or not a numba_cache archive; nothing imported")
     assert listing(env) == []
     verify_clean(env)
 
     plain = tmp_path / "plain.tar.gz"
     rewrite_archive(warmed.archive, plain, lambda name, data: None if name == "manifest.json" else data)
-    one_line_error(numba_cache("import", str(plain), env=env), "has no manifest.json")
+    one_line_error(run_cli("import", str(plain), env=env), "has no manifest.json")
     not_an_archive = tmp_path / "notes.txt"
     not_an_archive.write_text("hello\n")
-    one_line_error(numba_cache("import", str(not_an_archive), env=env), "nothing imported")
-    one_line_error(numba_cache("import", str(tmp_path / "missing.tar.gz"), env=env), "no such file")
+    one_line_error(run_cli("import", str(not_an_archive), env=env), "nothing imported")
+    one_line_error(run_cli("import", str(tmp_path / "missing.tar.gz"), env=env), "no such file")
     assert listing(env) == []
 
 
 def test_warm_and_export_refuse_bad_requests(tmp_path):
     env = {"NBCACHE_DIR": str(tmp_path / "store")}
-    one_line_error(numba_cache("warm", "no_such_file.py", env=env), "no such file: no_such_file.py")
-    one_line_error(numba_cache("warm", "no_such_module:main", env=env), "no module named")
-    one_line_error(numba_cache("warm", "-j", "0", "warm_script.py", env=env), "-j must be at least 1")
-    one_line_error(numba_cache("warm", "warm_script.py", env=env | {"NBCACHE_DISABLE": "1"}),
+    one_line_error(run_cli("warm", "no_such_file.py", env=env), "no such file: no_such_file.py")
+    one_line_error(run_cli("warm", "no_such_module:main", env=env), "no module named")
+    one_line_error(run_cli("warm", "-j", "0", "warm_script.py", env=env), "-j must be at least 1")
+    one_line_error(run_cli("warm", "warm_script.py", env=env | {"NBCACHE_DISABLE": "1"}),
                    "the cache is disabled")
-    one_line_error(numba_cache("export", str(tmp_path / "nowhere" / "a.tar.gz"), env=env),
+    one_line_error(run_cli("export", str(tmp_path / "nowhere" / "a.tar.gz"), env=env),
                    "no such directory")
 
 
@@ -280,7 +263,7 @@ def test_warm_runs_a_pytest_selection_with_the_cache_as_default_mode(tmp_path):
         "    assert pytensor.function([x], pt.sinh(x) + 1.0)(np.zeros(2)).tolist() == [1.0, 1.0]\n"
     )
     env = {"NBCACHE_DIR": str(tmp_path / "store")}
-    result = numba_cache("warm", "--json", "test_model.py::test_model", env=env, cwd=tmp_path)
+    result = run_cli("warm", "--json", "test_model.py::test_model", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
     assert report["failures"] == [] and report["compiled"] >= 2, report
@@ -297,7 +280,7 @@ def test_import_while_other_processes_compile_in_the_store(warmed, tmp_path):
     env = fresh(tmp_path, "busy")
     names = ["scale2", "tanh", "sqrtcos", "cumsum"]  # scale2 is exp(x) * 2.0, as in the archive
     workers = [start(["6", str(seed), *names], env, command="churn") for seed in (1, 2)]
-    imported = numba_cache("import", str(warmed.archive), "--json", env=env)
+    imported = run_cli("import", str(warmed.archive), "--json", env=env)
     reports = [finish(worker) for worker in workers]
     assert imported.returncode == 0, imported.stderr
     report = json.loads(imported.stdout)
@@ -318,7 +301,7 @@ def test_warm_survives_a_target_that_crashes_its_process(tmp_path):
     shutil.copy(TESTS / "warm_script.py", tmp_path)
     shutil.copy(TESTS / "warm_targets.py", tmp_path)
     env = {"NBCACHE_DIR": str(tmp_path / "store")}
-    result = numba_cache("warm", "--json", "crash.py", "odd:returns_a_number", "warm_script.py",
+    result = run_cli("warm", "--json", "crash.py", "odd:returns_a_number", "warm_script.py",
                          env=env, cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     report = json.loads(result.stdout)

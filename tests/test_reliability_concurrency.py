@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import reliability as rel
+from helpers import run_cli
 from reliability import Checkpoint, assert_correct, keys_of, verify_problems
 
 GRAPH = "sumexp"
@@ -199,7 +200,7 @@ def test_evicting_while_processes_load_breaks_none_of_them(compiled, private_sto
         total = store.stats()["bytes"]
         if passes % 10 == 9:
             size = str(chooser.randrange(total // 2 + 1))
-            result = rel.numba_cache_cli("prune", "--max-size", size)
+            result = run_cli("prune", "--max-size", size)
             assert result.returncode == 0, result.stderr
         else:
             evicted += len(store.evict_to(chooser.randrange(total // 2 + 1), timeout=10))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import reliability as rel
+from helpers import run_cli
 from reliability import assert_correct, key_of, record_path, run, verify_problems
 
 from numba_cache.store import CorruptEntry, record
@@ -214,7 +215,7 @@ def test_a_damaged_index_is_rebuilt_from_the_records(store, compiled, damage):
     assert all("index" in message for message in fresh["warnings"]), fresh["warnings"]
     assert len(fresh["warnings"]) <= 1
     assert verify_problems() == []
-    listed = json.loads(rel.numba_cache_cli("list", "--json").stdout)["entries"]
+    listed = json.loads(run_cli("list", "--json").stdout)["entries"]
     assert len(listed) == len(list(store.rglob("*.nbk")))
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import reliability as rel
+from helpers import run_cli
 from reliability import assert_correct, run, verify_problems
 
 CACHED = ["sumexp", "tanh"]
@@ -216,7 +217,7 @@ def test_a_store_whose_temp_directory_is_a_file_compiles_with_one_warning(privat
     assert not list(private_store.rglob("*.nbk"))
     (problem,) = verify_problems()
     assert problem["problem"] == "the temporary directory is not a directory"
-    assert rel.numba_cache_cli("verify", "--repair").returncode == 1
+    assert run_cli("verify", "--repair").returncode == 1
     assert verify_problems() == []
     assert run(CACHED)["warnings"] == [] and list(private_store.rglob("*.nbk"))
 

@@ -13,14 +13,12 @@ import contextlib
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TESTS, run_python
+from helpers import run_cli, run_python
 from redis_server import RedisServer, ServerUnavailable, redis_server
 from reliability import RTOL
 
@@ -71,14 +69,6 @@ def machine(store: Path, steps: list[str], **env: str) -> dict:
         if name.startswith("remote:")
     }
     return report
-
-
-def cli(*arguments: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, PYTHONPATH=str(TESTS.parent), **(env or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "numba_cache", *arguments],
-        env=environment, capture_output=True, text=True, timeout=120, check=False,
-    )
 
 
 @contextlib.contextmanager
@@ -266,10 +256,10 @@ def test_without_a_secret_the_remote_tier_refuses_to_start(remote, monkeypatch, 
     # Warned when the store opens, before the child records warnings: so on its stderr.
     assert report["stderr"].count("needs a shared secret") == 1
     assert remote_names(remote) == set()
-    refused = cli("stats", "--remote")
+    refused = run_cli("stats", "--remote")
     assert refused.returncode == 2
     assert refused.stderr.count("\n") == 1 and "NBCACHE_REMOTE_SECRET" in refused.stderr
-    short = cli("list", "--remote", env={"NBCACHE_REMOTE_SECRET": "short"})
+    short = run_cli("list", "--remote", env={"NBCACHE_REMOTE_SECRET": "short"})
     assert short.returncode == 2 and "at least 16" in short.stderr
 
 
@@ -284,18 +274,18 @@ def test_command_line_stats_list_and_clear_the_remote_tier(remote, published, tm
     names = seed(remote, published)
     machine(tmp_path / "store", GRAPHS)
     env = {"NBCACHE_DIR": str(tmp_path / "store")}
-    stats = cli("stats", "--remote", "--json", env=env)
+    stats = run_cli("stats", "--remote", "--json", env=env)
     assert stats.returncode == 0, stats.stderr
     assert json.loads(stats.stdout)["entries"] == len(names)
-    listing = json.loads(cli("list", "--remote", "--json", env=env).stdout)
+    listing = json.loads(run_cli("list", "--remote", "--json", env=env).stdout)
     assert {f"{remote['prefix']}:{row['fingerprint']}:{row['key']}" for row in listing["entries"]} \
         == set(names)
-    hits = json.loads(cli("stats", "--json", env=env).stdout)["counters"]["remote:hit"]
-    [row] = [line for line in cli("stats", env=env).stdout.splitlines() if line.startswith("remote")]
+    hits = json.loads(run_cli("stats", "--json", env=env).stdout)["counters"]["remote:hit"]
+    [row] = [line for line in run_cli("stats", env=env).stdout.splitlines() if line.startswith("remote")]
     assert f"{hits} hits, 0 misses, 0 errors" in row
-    readonly = cli("clear", "--remote", "--yes", env=env | {"NBCACHE_REMOTE_READONLY": "1"})
+    readonly = run_cli("clear", "--remote", "--yes", env=env | {"NBCACHE_REMOTE_READONLY": "1"})
     assert readonly.returncode == 2 and "NBCACHE_REMOTE_READONLY" in readonly.stderr
-    cleared = cli("clear", "--remote", "--yes", "--json", env=env)
+    cleared = run_cli("clear", "--remote", "--yes", "--json", env=env)
     assert json.loads(cleared.stdout)["deleted"] == len(names)
     assert remote_names(remote) == set()
 
@@ -336,6 +326,6 @@ def test_an_envelope_that_would_inflate_past_the_limit_is_refused():
     ("NBCACHE_REMOTE_TIMEOUT", "0", "must be positive"),
 ])
 def test_bad_remote_settings_are_one_line_errors(variable, value, message):
-    result = cli("stats", "--remote", env={variable: value})
+    result = run_cli("stats", "--remote", env={variable: value})
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr and variable in result.stderr

@@ -16,8 +16,8 @@ import time
 
 import pytest
 import store_states
+from helpers import run_cli as numba_cache_cli
 from helpers import run_python
-from reliability import numba_cache_cli
 from store_states import FAMILIES, differences
 
 from numba_cache.store import Store

@@ -10,7 +10,7 @@ from numba_cache import settings as settings_module
 from numba_cache.cli.access import CliError, confirm, find_fingerprint, open_store
 from numba_cache.cli.entries import entry_json
 from numba_cache.cli.formatting import human_age, human_size, plural, table
-from numba_cache.cli.portable import check_targets, target_store
+from numba_cache.cli.portable import check_targets, print_milestones, target_store
 from numba_cache.keys.components import DIGEST_DIGITS
 from numba_cache.keys.remembered import this_environment
 
@@ -177,12 +177,7 @@ def _recompile(args, store) -> dict:
         print(f"recompiling at most {plural(args.recompile, 'hit')} of "
               f"{plural(len(args.targets), 'target')} and comparing with {store.root}", flush=True)
 
-    def changed(progress, finished) -> None:
-        if finished is not None and not args.json:
-            target, tally = finished
-            print(f"[{progress.finished}/{progress.targets}] {target}: {_verified_text(tally)}", flush=True)
-
-    progress = warm.Progress(len(args.targets), changed)
+    progress = warm.Progress(len(args.targets), print_milestones(args, _verified_text))
     tallies = warm.verify(args.targets, args.recompile, progress)
     total = progress.tally
     if not args.json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from numba_cache import settings as settings_module
@@ -92,12 +93,7 @@ def command_warm(args) -> int:
         print(f"warming {plural(len(args.targets), 'target')}, {jobs} at a time, into "
               f"{store.root} ({current.source_of('root')})", flush=True)
 
-    def changed(progress, finished) -> None:
-        if finished is not None and not args.json:
-            target, tally = finished
-            print(f"[{progress.finished}/{progress.targets}] {target}: {_tally_text(tally)}", flush=True)
-
-    progress = warm.Progress(len(args.targets), changed)
+    progress = warm.Progress(len(args.targets), print_milestones(args, _tally_text))
 
     def describe() -> str:
         with progress.lock:
@@ -219,6 +215,17 @@ def command_import(args) -> int:
     if damaged:
         print(f"numba-cache: {plural(damaged, 'damaged entry')} not imported", file=sys.stderr)
     return 1 if damaged else 0
+
+
+def print_milestones(args, describe: Callable) -> Callable:
+    """A :class:`warm.Progress` callback printing each target as it finishes (not with --json)."""
+
+    def changed(progress, finished) -> None:
+        if finished is not None and not args.json:
+            target, tally = finished
+            print(f"[{progress.finished}/{progress.targets}] {target}: {describe(tally)}", flush=True)
+
+    return changed
 
 
 def _progress_text(progress) -> str:
