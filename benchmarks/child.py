@@ -32,10 +32,11 @@ CALL_REPEATS = 5
 
 
 def _standalone(module: str):
-    """Load ``numba_cache.<module>`` from its file without importing the numba_cache package."""
+    """Load ``numba_cache.evaluation.<module>`` from its file, without the numba_cache package
+    (whose import registers its mode when PyTensor is imported, importing numba)."""
     package = Path(importlib.util.find_spec("numba_cache").origin).parent
     name = f"_benchmark_{module}"
-    spec = importlib.util.spec_from_file_location(name, package / f"{module}.py")
+    spec = importlib.util.spec_from_file_location(name, package / "evaluation" / f"{module}.py")
     loaded = sys.modules[name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(loaded)
     return loaded
