@@ -24,6 +24,9 @@ import pytest
 from helpers import one_line_error, run_python
 from helpers import run_cli as numba_cache
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 FAST_OFF = {"PYTENSOR_FLAGS": "numba__fastmath=False"}
 EXP = 'pt.exp(x) * 2.0'
 LOG = 'pt.log(x) + pt.sum(x)'

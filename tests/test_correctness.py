@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from graph_families import FAMILIES
 from helpers import run_python
+
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
 
 EVALUATE_ALL = """
 import json, warnings

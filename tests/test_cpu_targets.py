@@ -15,6 +15,9 @@ from helpers import run_python
 
 from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 #: An AMD Zen target other than the host's (the suite used to fail under Zen targets).
 OTHER_ZEN = "znver4" if llvm.get_host_cpu_name() == "znver3" else "znver3"
 

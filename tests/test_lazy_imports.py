@@ -11,6 +11,9 @@ import json
 import pytest
 from helpers import run_python
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 COMPILER_MODULES = ("numba", "llvmlite", "pytensor")
 
 COMPILE_ONE = """

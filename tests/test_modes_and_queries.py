@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 from helpers import run_python
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 #: Builds ``MODES``: name -> (NUMBA_CACHE mode, the same rewrites with PyTensor's NumbaLinker).
 MODES_AND_GRAPHS = """
 import json, traceback, numpy as np, pytensor, pytensor.tensor as pt

@@ -13,9 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import run_python
 
 from numba_cache.store.local import RECORD_SUFFIX
+
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
 
 CHOLESKY = """
 import json, warnings

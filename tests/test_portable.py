@@ -22,6 +22,9 @@ import warm_targets
 from helpers import TESTS, one_line_error, run_cli, run_python
 from reliability import snapshot
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 FAST_OFF = {"PYTENSOR_FLAGS": "numba__fastmath=False"}
 GOOD = {**warm_targets.EXPRESSIONS, "script": warm_targets.SCRIPT_EXPRESSION}
 

@@ -20,6 +20,9 @@ import reliability as rel
 from helpers import run_cli
 from reliability import Checkpoint, assert_correct, keys_of, verify_problems
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 GRAPH = "sumexp"
 POOL = ["sumexp", "tanh", "sqrtcos", "cumsum", "maxshift"]
 WARM_UP = "logistic"

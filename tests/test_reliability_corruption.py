@@ -24,6 +24,9 @@ from reliability import assert_correct, key_of, record_path, run, verify_problem
 
 from numba_cache.store import CorruptEntry, record
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 RECORD_DAMAGES = [
     rel.truncate_half,
     rel.truncate_last_byte,

@@ -17,6 +17,9 @@ import pytest
 import reliability as rel
 from reliability import Checkpoint, assert_correct, keys_of, verify_problems
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 GRAPH = "sumexp"
 CLEAN_ENV = {"NBCACHE_DISABLE": "", "NBCACHE_READONLY": "", "NBCACHE_MAX_SIZE": ""}
 #: Long enough that a next process waiting on the dead writer's lock would time out.

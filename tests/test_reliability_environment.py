@@ -23,6 +23,9 @@ import reliability as rel
 from helpers import run_cli
 from reliability import assert_correct, run, verify_problems
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 CACHED = ["sumexp", "tanh"]
 NEW = ["cumsum"]
 CLEAN_ENV = {"NBCACHE_DISABLE": "", "NBCACHE_READONLY": "", "NBCACHE_MAX_SIZE": ""}

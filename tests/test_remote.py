@@ -24,6 +24,9 @@ from reliability import RTOL
 
 from numba_cache.store.remote import envelope
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 SECRET = "test-secret-0123456789abcdef"
 OTHER_SECRET = "another-team-secret-0123456789"
 GRAPHS = ["sumexp", "tanh"]

@@ -22,6 +22,9 @@ from store_states import FAMILIES, differences
 
 from numba_cache.store import Store
 
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
+
 WORKLOADS = ("radon", "ar1", "gp", *FAMILIES)
 
 

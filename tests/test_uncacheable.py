@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from helpers import run_python
+
+# Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
+pytestmark = pytest.mark.slow
 
 COMPILE_WITH_OP = """
 import json, warnings
