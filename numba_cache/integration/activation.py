@@ -19,10 +19,10 @@ seams, all in :mod:`pytensor.compile.mode`, and all of them here:
 
 ``tests/test_activation.py`` fails loudly if PyTensor moves any of them.
 
-Setting ``NBCACHE_ACTIVATE=1`` activates it when numba_cache is imported: that
-reaches processes nobody starts by hand but that import numba_cache, such as
-sampler workers under spawn or forkserver, which import it when they unpickle a
-function compiled through it.
+Setting ``NBCACHE_ACTIVATE=1`` activates it once numba_cache and PyTensor are both
+imported (:mod:`.when_pytensor`): that reaches processes nobody starts by hand but
+that import numba_cache, such as sampler workers under spawn or forkserver, which
+import it when they unpickle a function compiled through it.
 """
 
 from __future__ import annotations

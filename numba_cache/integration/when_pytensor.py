@@ -81,11 +81,8 @@ class _CallWhenDone:
     def __init__(self, loader):
         self._loader = loader
 
-    def __getattr__(self, name):
+    def __getattr__(self, name):  # create_module, get_source, ...: the real loader's
         return getattr(self._loader, name)
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
 
     def exec_module(self, module):
         _loading.depth = getattr(_loading, "depth", 0) + 1

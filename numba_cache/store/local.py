@@ -107,38 +107,22 @@ class LocalBackend:
                 path.unlink()
 
     def list(self, fingerprint: str | None = None) -> Iterator[tuple[str, str, int, float]]:
-        """Yield ``(fingerprint, key, size, mtime)`` of every record; size includes its ``.py`` copy.
-
-        One directory scan per shard gives the records and their copies together:
-        on a store of 10,000 entries, the path objects of a walk per file cost more
-        than the system calls.
-        """
-        fingerprints = [fingerprint] if fingerprint else _subdirectories(self.root)
-        for fingerprint_ in fingerprints:
-            if not is_sha256_hex(fingerprint_):
-                continue
-            directory = os.path.join(self.root, fingerprint_)
-            for shard in _subdirectories(directory):
-                if len(shard) != 2:
+        """``(fingerprint, key, size, mtime)`` of every record; size includes its ``.py`` copy."""
+        for fingerprint_, shard, files in self._shards(fingerprint):
+            for key, name in _keyed(files, shard, RECORD_SUFFIX):
+                try:
+                    stat = files[name].stat()
+                except FileNotFoundError:
                     continue
-                files = _scan(os.path.join(directory, shard))
-                for name in sorted(files):
-                    key = name.removesuffix(RECORD_SUFFIX)
-                    if not (name.endswith(RECORD_SUFFIX) and key.startswith(shard)
-                            and is_sha256_hex(key)):
-                        continue
-                    try:
-                        stat = files[name].stat()
-                    except FileNotFoundError:
-                        continue
-                    size = stat.st_size + _size(files.get(key + SOURCE_SUFFIX))
-                    yield fingerprint_, key, size, stat.st_mtime
+                size = stat.st_size + _size(files.get(key + SOURCE_SUFFIX))
+                yield fingerprint_, key, size, stat.st_mtime
 
     def orphan_sources(self) -> Iterator[tuple[str, str, Path]]:
         """Yield ``(fingerprint, key, path)`` of ``.py`` copies that have no record."""
-        for fingerprint, key, source in self._files(SOURCE_SUFFIX):
-            if not source.with_suffix(RECORD_SUFFIX).exists():
-                yield fingerprint, key, source
+        for fingerprint, shard, files in self._shards():
+            for key, name in _keyed(files, shard, SOURCE_SUFFIX):
+                if key + RECORD_SUFFIX not in files:
+                    yield fingerprint, key, Path(files[name].path)
 
     def stale_temp_files(self) -> list[Path]:
         """Temp files left by writers that died (or that are older than an hour)."""
@@ -188,21 +172,20 @@ class LocalBackend:
                 temp.unlink()
             raise
 
-    def _files(
-        self, suffix: str, fingerprint: str | None = None
-    ) -> Iterator[tuple[str, str, Path]]:
-        """Yield ``(fingerprint, key, path)`` of the entry files ending in `suffix`."""
+    def _shards(self, fingerprint: str | None = None) -> Iterator[tuple[str, str, dict]]:
+        """``(fingerprint, shard, {name: DirEntry})`` of every shard directory, one scan each.
+
+        A scan gives a shard's records and their copies together: on a store of
+        10,000 entries, a path object and a stat per file cost more than the system calls.
+        """
         fingerprints = [fingerprint] if fingerprint else _subdirectories(self.root)
         for fingerprint_ in fingerprints:
             if not is_sha256_hex(fingerprint_):
                 continue
-            for shard in _subdirectories(self.root / fingerprint_):
-                if len(shard) != 2:
-                    continue
-                for name in _names(self.root / fingerprint_ / shard):
-                    key = name.removesuffix(suffix)
-                    if name.endswith(suffix) and key.startswith(shard) and is_sha256_hex(key):
-                        yield fingerprint_, key, self.root / fingerprint_ / shard / name
+            directory = os.path.join(self.root, fingerprint_)
+            for shard in _subdirectories(directory):
+                if len(shard) == 2:
+                    yield fingerprint_, shard, _scan(os.path.join(directory, shard))
 
     @staticmethod
     def _is_stale(temp: Path) -> bool:
@@ -265,11 +248,12 @@ def _size(file: os.DirEntry | None) -> int:
         return 0
 
 
-def _names(path: Path) -> list[str]:
-    try:
-        return os.listdir(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+def _keyed(files: dict, shard: str, suffix: str) -> Iterator[tuple[str, str]]:
+    """``(key, file name)`` of the entry files of a shard ending in `suffix`, in key order."""
+    for name in sorted(files):
+        key = name.removesuffix(suffix)
+        if name.endswith(suffix) and key.startswith(shard) and is_sha256_hex(key):
+            yield key, name
 
 
 def may_write_under(root: Path) -> bool:

@@ -390,7 +390,7 @@ class Store:
         return verify(self._backend, self._index, repair=repair and self._may_write())
 
     def record_fingerprint(self, fingerprint: str, components: dict) -> None:
-        """Keep the named components of `fingerprint` beside its entries (see :mod:`.side_files`)."""
+        """Keep the components of `fingerprint` beside its entries (:mod:`.side_files`)."""
         self._side_files.record_fingerprint(fingerprint, components)
 
     def fingerprint_components(self, fingerprint: str) -> dict | None:

@@ -6,7 +6,6 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .entry import Entry
 from .index import Index
 from .local import LocalBackend
 from .record import CorruptEntry, decode
@@ -53,28 +52,32 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
     rows = {(entry.fingerprint, entry.key) for entry in indexed or ()}
     on_disk = set()
     for fingerprint, key, size, mtime in backend.list():
-        checked = _check(backend, references, fingerprint, key)
         on_disk.add((fingerprint, key))
-        if checked.gone:  # removed since it was listed
-            continue
-        if checked.error is not None:
-            problems.append(Problem(f"unreadable record: {checked.error}", fingerprint, key))
+        try:
+            data = backend.get(fingerprint, key)
+            if data is None:  # removed since it was listed
+                continue
+            entry = decode(data, fingerprint, key, _BLOBS_CHECKED_DECODED)
+        except (CorruptEntry, OSError) as error:
+            problems.append(Problem(f"unreadable record: {error}", fingerprint, key))
             if repair:
                 backend.remove(fingerprint, key)
                 index.drop([(fingerprint, key)])
             continue
-        entry = checked.entry
-        if checked.broken is not None:
-            problems.append(Problem(f"broken reference: {checked.broken}", fingerprint, key))
+        broken = references.add(entry)
+        if broken is not None:
+            problems.append(Problem(f"broken reference: {broken}", fingerprint, key))
             if repair:
                 backend.remove(fingerprint, key)
                 index.drop([(fingerprint, key)])
             continue
-        if checked.source_differs:
+        source = entry.blobs.get("source")
+        copy = backend.read_source(fingerprint, key)
+        if source is not None and copy is not None and copy != source:
             problem = "the .py copy differs from the record's source"
             problems.append(Problem(problem, fingerprint, key))
             if repair:
-                _rewrite_source_copy(backend, fingerprint, key)
+                backend.put(fingerprint, key, data, source.decode(errors="replace"))
         if indexed is not None and (fingerprint, key) not in rows:
             problems.append(Problem("entry missing from the index", fingerprint, key))
             if repair:
@@ -108,39 +111,3 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
         for reference in references.dangling()
     )
     return problems
-
-
-@dataclass(frozen=True)
-class _Checked:
-    """What reading one record found: its entry (without its blobs), or why not."""
-
-    entry: Entry | None = None
-    error: Exception | None = None
-    broken: str | None = None
-    source_differs: bool = False
-    gone: bool = False
-
-
-def _check(backend: LocalBackend, references: References, fingerprint: str, key: str) -> _Checked:
-    """Read, decode and check one record, noting its references."""
-    try:
-        data = backend.get(fingerprint, key)
-        if data is None:
-            return _Checked(gone=True)
-        entry = decode(data, fingerprint, key, _BLOBS_CHECKED_DECODED)
-    except (CorruptEntry, OSError) as error:
-        return _Checked(error=error)
-    broken = references.add(entry)
-    source = entry.blobs.get("source")
-    copy = backend.read_source(fingerprint, key)
-    differs = source is not None and copy is not None and copy != source
-    entry.blobs = {}
-    return _Checked(entry=entry, broken=broken, source_differs=differs)
-
-
-def _rewrite_source_copy(backend: LocalBackend, fingerprint: str, key: str) -> None:
-    with contextlib.suppress(CorruptEntry, OSError):
-        data = backend.get(fingerprint, key)
-        if data is not None:
-            source = decode(data, fingerprint, key).blobs["source"]
-            backend.put(fingerprint, key, data, source.decode(errors="replace"))
