@@ -30,7 +30,8 @@ from pytensor.link.numba.linker import NumbaLinker
 from pytensor.link.utils import raise_with_op
 
 from numba_cache.codegen.thunk import direct_thunk
-from numba_cache.kernels import fork_safety, objmode
+from numba_cache.integration import nutpie
+from numba_cache.kernels import cfunc, fork_safety, objmode
 from numba_cache.kernels.entry_point import entry_point
 
 MODE_NAME = "NUMBA_CACHE"
@@ -122,6 +123,8 @@ def register() -> None:
     """Register the ``numba_cache`` linker and the ``NUMBA_CACHE`` mode (idempotent)."""
     fork_safety.install()
     objmode.install()
+    cfunc.install()
+    cfunc.register_recognizer(nutpie.recognize)
     install_function_maker()
     if LINKER_NAME not in predefined_linkers:
         register_linker(LINKER_NAME, NumbaCacheLinker())

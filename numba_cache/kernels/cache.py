@@ -74,6 +74,11 @@ class KernelCache(_Cache):
         return self._key
 
     @property
+    def verdict(self) -> Uncacheable | None:
+        """Why this kernel is not stored, once that is known."""
+        return self._verdict
+
+    @property
     def cache_path(self):
         return str(self._context.store.root)
 

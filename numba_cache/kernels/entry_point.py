@@ -13,10 +13,13 @@ not link and optimise the whole graph a second time (nutpie#334 measured 40 s
 of a 260 s compile doing that), and the caller runs exactly the machine code the
 store holds, the bits a Python call of the same function gives.
 
-The hidden constants are passed as arrays over the buffers this process holds:
-their addresses are frozen into the entry point's code, which is therefore
-never cached (numba does not cache a dispatcher created without ``cache=True``);
-the entry point keeps the arrays alive.
+The hidden constants are passed as arrays over buffers this process holds,
+named by symbol (:mod:`.hidden_symbols`), not by address: machine code holding an
+entry point (nutpie's ``cfunc`` wrappers) can then be stored and loaded by
+another process (:mod:`.cfunc`), which registers the same symbols for its own
+buffers first. The entry point itself is compiled in every process that calls
+it from numba (numba does not cache a dispatcher created without ``cache=True``)
+and records the kernel signatures it called (``kernel_signatures``).
 
 numba internals used here, all public in numba's extension API except the
 calling convention (``context.call_conv``), which PyTensor's own numba backend
@@ -25,9 +28,22 @@ relies on too: ``Dispatcher.overloads``, ``CompileResult.fndesc.mangled_name``.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
+
+from numba_cache.kernels import hidden_symbols
+
+_entry_points: weakref.WeakSet = weakref.WeakSet()
+
+
+def is_entry_point(function) -> bool:
+    """True if `function` is an entry point made by :func:`entry_point` in this process."""
+    try:
+        return function in _entry_points
+    except TypeError:  # not weakly referenceable, so not one of ours
+        return False
 
 
 def entry_point(dispatcher, n_inputs: int, hidden_values: Sequence[np.ndarray]):
@@ -36,18 +52,23 @@ def entry_point(dispatcher, n_inputs: int, hidden_values: Sequence[np.ndarray]):
 
     from numba_cache.codegen.module import compile_function
 
-    call = _kernel_call(dispatcher, tuple(hidden_values))
+    symbols = tuple(hidden_symbols.symbol_for(value) for value in hidden_values)
+    signatures: list = []
+    call = _kernel_call(dispatcher, tuple(hidden_values), symbols, signatures)
     arguments = ", ".join(f"i{position}" for position in range(n_inputs))
     source = f"def entry({arguments}):\n    return call(({arguments}{',' if n_inputs == 1 else ''}))\n"
     function = compile_function(source, "entry", f"<numba_cache entry point {n_inputs}>",
                                 {"call": call})
     entry = njit(function)
     entry.kernel = dispatcher
-    entry.hidden_values = hidden_values  # their buffers are addressed by the compiled code
+    entry.hidden_values = hidden_values
+    entry.hidden_symbols = symbols
+    entry.kernel_signatures = signatures
+    _entry_points.add(entry)
     return entry
 
 
-def _kernel_call(dispatcher, hidden_values: tuple):
+def _kernel_call(dispatcher, hidden_values: tuple, symbols: tuple, signatures: list):
     from numba import typeof
     from numba.core import cgutils
     from numba.extending import intrinsic
@@ -60,12 +81,15 @@ def _kernel_call(dispatcher, hidden_values: tuple):
         signature_types = input_types + hidden_types
         dispatcher.compile(signature_types)  # loads the kernel from the store, or compiles it
         result = dispatcher.overloads[signature_types]
+        if signature_types not in signatures:
+            signatures.append(signature_types)
         return_type = result.signature.return_type
 
         def codegen(context, builder, signature, arguments):
             inputs = cgutils.unpack_tuple(builder, arguments[0], len(input_types))
-            hidden = [_array_over(context, builder, array_type, value)
-                      for array_type, value in zip(hidden_types, hidden_values, strict=True)]
+            hidden = [_array_over(context, builder, array_type, value, symbol)
+                      for array_type, value, symbol
+                      in zip(hidden_types, hidden_values, symbols, strict=True)]
             function_type = context.call_conv.get_function_type(
                 return_type, result.signature.args)
             function = cgutils.get_or_insert_function(
@@ -81,8 +105,9 @@ def _kernel_call(dispatcher, hidden_values: tuple):
     return call
 
 
-def _array_over(context, builder, array_type, value: np.ndarray):
-    """An array value of `array_type` viewing `value`'s buffer (no meminfo: not owned)."""
+def _array_over(context, builder, array_type, value: np.ndarray, symbol: str):
+    """An array value of `array_type` viewing the buffer named `symbol`, which holds
+    `value`'s content (no meminfo: not owned)."""
     from llvmlite import ir
     from numba.core import cgutils, types
     from numba.np.arrayobj import populate_array
@@ -90,9 +115,12 @@ def _array_over(context, builder, array_type, value: np.ndarray):
     intp = context.get_value_type(types.intp)
     array = context.make_array(array_type)(context, builder)
     data_type = context.get_data_type(array_type.dtype).as_pointer()
+    buffer = builder.module.globals.get(symbol)
+    if buffer is None:
+        buffer = ir.GlobalVariable(builder.module, ir.IntType(8), symbol)  # a declaration
     populate_array(
         array,
-        data=builder.inttoptr(ir.Constant(intp, value.ctypes.data), data_type),
+        data=builder.bitcast(buffer, data_type),
         shape=cgutils.pack_array(builder, [ir.Constant(intp, n) for n in value.shape]),
         strides=cgutils.pack_array(builder, [ir.Constant(intp, n) for n in value.strides]),
         itemsize=ir.Constant(intp, value.itemsize),

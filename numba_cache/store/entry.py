@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 #: The kinds of thing an entry can hold: a whole-graph kernel, an op kernel, or a
 #: rewritten graph (keyed before rewriting).
-KINDS = ("graph", "op", "rewrite", "objmode")
+KINDS = ("graph", "op", "rewrite", "objmode", "cfunc")
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
