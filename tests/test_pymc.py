@@ -110,6 +110,9 @@ def test_pm_sample_warm_compiles_nothing_of_the_model_in_any_process(
         assert len(workers) >= 2, "the chains' worker processes were not observed"
     for pid, records in warm["processes"].items():
         assert model_compiles(records) == [], ("parent" if pid in parent else "worker", pid)
+    if sampler == "nutpie":  # its cfunc wrappers are loaded too: numba compiles nothing at all
+        assert warm["stats"].get("cfunc.hit") == 2, warm["stats"]
+        assert [r for r in warm["processes"][parent[0]] if "module" in r] == []
 
     assert warm["draws"] == cold["draws"], "warm draws differ from cold ones"
     assert_close_draws(warm["draws"], references[sampler])
