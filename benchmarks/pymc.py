@@ -36,8 +36,10 @@ CHILD = [sys.executable, "-m", "benchmarks.pymc_child"]
 SAMPLERS = ("pymc", "nutpie")
 #: The two modes: numba_cache activated (in a process of its own work directory) and the built-in.
 MODES = {"numba_cache": Mode("NUMBA_CACHE", "NUMBA_CACHE"), "NUMBA": Mode("NUMBA", "NUMBA")}
-FIGURES = ("compile_seconds", "function_seconds", "cfunc_seconds", "sampling_seconds",
-           "process_seconds")
+FIGURES = ("import_seconds", "compile_seconds", "function_seconds", "cfunc_seconds",
+           "sampling_seconds", "process_seconds")
+#: Figures of nutpie's runs only.
+NUTPIE_FIGURES = ("import_seconds", "cfunc_seconds")
 
 
 def run_child(spec: dict, environment: dict) -> dict:
@@ -87,7 +89,7 @@ def table(samples: dict) -> list[str]:
         for sampler, modes in samplers.items():
             for run in ("cold", "warm"):
                 for figure in FIGURES:
-                    if figure == "cfunc_seconds" and sampler != "nutpie":
+                    if figure in NUTPIE_FIGURES and sampler != "nutpie":
                         continue
                     ours = median(modes["numba_cache"][run][figure])
                     builtin = median(modes["NUMBA"][run][figure])
@@ -114,7 +116,9 @@ def write_report(samples: dict, arguments, minutes: float) -> str:
         f"- numba_cache source: {facts['source']}",
         f"- `pm.sample(draws={arguments.draws}, tune={arguments.draws}, chains=2, cores=2)`, "
         "each run a fresh process; cold: empty caches, warm: the cold run's caches",
-        "- compile: `pm.sample` until the sampler draws (its time less PyMC's `sampling_time`); "
+        "- import: `import nutpie` before `pm.sample` (it imports arviz, scipy.stats and "
+        "matplotlib; `pm.sample` would do it first thing, in both modes alike); "
+        "compile: `pm.sample` until the sampler draws (its time less PyMC's `sampling_time`); "
         "function: the part of it in `pytensor.function` calls (rewriting, linking; kernels "
         "load at the first call); cfunc: the part numba spends compiling nutpie's `numba.cfunc` "
         "wrappers; "

@@ -73,7 +73,7 @@ def recognize(pyfunc):
         "function": pyfunc.__qualname__,
         **{name: str(int(value)) for name, value in numbers.items()},
         "kernel": entry.kernel._cache.key.digest,
-        "hidden": list(entry.hidden_symbols),
+        "hidden": list(entry.hidden_symbols()),
         **shared,
     }
     summary = f"nutpie {pyfunc.__name__} ({', '.join(f'{k}={v}' for k, v in numbers.items())})"

@@ -78,7 +78,10 @@ class CFuncCache(KernelCache):
         # numba links a callback's callees when it finalizes it, after this call; as
         # numba's own cache does, link it now (CFunc.compile asks for this pointer next).
         cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name)
-        needed = links.required(cres.library, self._entry_points)
+        try:
+            needed = links.required(cres.library, self._entry_points)
+        except Exception as exc:  # not knowing what the code needs means not storing it
+            needed = Uncacheable("links-unknown", f"its links could not be listed: {exc!r}")
         if isinstance(needed, Uncacheable):
             if self._verdict is None:
                 self._verdict = needed

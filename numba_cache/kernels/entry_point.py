@@ -19,7 +19,8 @@ entry point (nutpie's ``cfunc`` wrappers) can then be stored and loaded by
 another process (:mod:`.cfunc`), which registers the same symbols for its own
 buffers first. The entry point itself is compiled in every process that calls
 it from numba (numba does not cache a dispatcher created without ``cache=True``)
-and records the kernel signatures it called (``kernel_signatures``).
+and records the kernel signatures it called (``kernel_signatures``);
+``hidden_symbols()`` names the buffers.
 
 numba internals used here, all public in numba's extension API except the
 calling convention (``context.call_conv``), which PyTensor's own numba backend
@@ -28,8 +29,9 @@ relies on too: ``Dispatcher.overloads``, ``CompileResult.fndesc.mangled_name``.
 
 from __future__ import annotations
 
+import functools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -52,7 +54,8 @@ def entry_point(dispatcher, n_inputs: int, hidden_values: Sequence[np.ndarray]):
 
     from numba_cache.codegen.module import compile_function
 
-    symbols = tuple(hidden_symbols.symbol_for(value) for value in hidden_values)
+    # Hashing the buffers waits until numba code uses the entry point: most never do.
+    symbols = functools.cache(lambda: tuple(hidden_symbols.symbol_for(v) for v in hidden_values))
     signatures: list = []
     call = _kernel_call(dispatcher, tuple(hidden_values), symbols, signatures)
     arguments = ", ".join(f"i{position}" for position in range(n_inputs))
@@ -68,7 +71,7 @@ def entry_point(dispatcher, n_inputs: int, hidden_values: Sequence[np.ndarray]):
     return entry
 
 
-def _kernel_call(dispatcher, hidden_values: tuple, symbols: tuple, signatures: list):
+def _kernel_call(dispatcher, hidden_values: tuple, symbols: Callable, signatures: list):
     from numba import typeof
     from numba.core import cgutils
     from numba.extending import intrinsic
@@ -89,7 +92,7 @@ def _kernel_call(dispatcher, hidden_values: tuple, symbols: tuple, signatures: l
             inputs = cgutils.unpack_tuple(builder, arguments[0], len(input_types))
             hidden = [_array_over(context, builder, array_type, value, symbol)
                       for array_type, value, symbol
-                      in zip(hidden_types, hidden_values, symbols, strict=True)]
+                      in zip(hidden_types, hidden_values, symbols(), strict=True)]
             function_type = context.call_conv.get_function_type(
                 return_type, result.signature.args)
             function = cgutils.get_or_insert_function(
