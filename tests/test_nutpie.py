@@ -8,8 +8,8 @@ numba_cache/evaluation/compare.py). A store in any state gives those same bits:
 a wrapper whose kernel was compiled again, whose entry is damaged or whose links
 cannot be met is compiled again, never loaded.
 
-In this process: the nutpie, numba and numba_cache seams the recogniser relies
-on, and the callbacks it must leave alone.
+In this process: the callbacks the recogniser must leave alone. The nutpie and
+numba seams it relies on are checked by tests/test_compat.py.
 """
 
 from __future__ import annotations
@@ -145,55 +145,7 @@ def test_new_shared_data_compiles_the_wrapper_that_freezes_it(cold, tmp_path):
         assert distance <= NUMBA_ULP_BOUND, (name, distance)
 
 
-# In this process: the seams, and what is left alone
-
-
-def test_nutpie_wrappers_are_where_the_recogniser_looks():
-    """Fails when nutpie moves a seam: its module, the wrappers' names and free variables."""
-    import nutpie
-    import nutpie.compile_pymc as compile_pymc
-
-    from numba_cache.integration import nutpie as recogniser
-
-    assert nutpie.__version__.startswith(tuple(v + "." for v in recogniser.SUPPORTED_VERSIONS)), (
-        f"nutpie {nutpie.__version__} is not a version integration/nutpie.py was written for")
-    assert recogniser._module_source_digest() is not None
-
-    def nested(function, qualname):
-        codes = [c for c in function.__code__.co_consts if hasattr(c, "co_qualname")]
-        return {c.co_qualname: c for c in codes}[qualname]
-
-    for qualname, free in recogniser._WRAPPERS.items():
-        maker = getattr(compile_pymc, qualname.split(".")[0])
-        assert nested(maker, qualname).co_freevars == free, qualname
-    extraction = {c.co_qualname: c for c in compile_pymc.make_extraction_fn.__code__.co_consts
-                  if hasattr(c, "co_qualname")}
-    assert extraction[recogniser._EXTRACT].co_freevars in {("inner",), recogniser._EXTRACT_SHARED}
-    assert {recogniser._EXTRACT_ARRAY, recogniser._IMPL_EXTRACT_ARRAY, recogniser._SETITEM} <= set(
-        extraction)
-
-
-def test_numba_cfunc_seams_are_where_the_cache_plugs_in():
-    """Fails when numba moves them: CFunc.__init__'s parameters, ``_cache`` consulted by
-    ``compile``, ``_compiler.pipeline_class``, and the typing registry of overloads."""
-    import inspect
-
-    from numba.core.ccallback import CFunc
-    from numba.core.typing.templates import builtin_registry
-
-    from numba_cache.kernels import cfunc
-
-    parameters = list(inspect.signature(cfunc._numba_init).parameters)
-    assert parameters == ["self", "pyfunc", "sig", "locals", "options", "pipeline_class"]
-    source = inspect.getsource(CFunc.compile)
-    assert "self._cache.load_overload" in source and "self._cache.save_overload" in source
-
-    @numba.cfunc(numba.types.float64(numba.types.float64))
-    def twice(value):
-        return 2 * value
-
-    assert twice._compiler.pipeline_class is not None and twice.ctypes(2.0) == 4.0
-    assert isinstance(builtin_registry.globals, list)
+# In this process: what is left alone (the seams are checked in tests/test_compat.py)
 
 
 def test_a_cfunc_nobody_recognises_compiles_as_numba_compiles_it():

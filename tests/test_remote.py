@@ -48,6 +48,12 @@ for step in {steps!r}:
         while open(f"/proc/{{pid}}/stat").read().split()[2] not in "TZX":
             time.sleep(0.01)  # until it is stopped or dead
         continue
+    if step == "bug":  # numba_cache's own remote code failing, not the server
+        from numba_cache.store.remote.redis_backend import RedisBackend
+        def broken(self, fingerprint, key):
+            raise TypeError("a bug")
+        RedisBackend.get = broken
+        continue
     with count_numba_compiles() as compiled:
         result = reliability.compile_graphs([step])
     report["compiled"] += compiled
@@ -165,10 +171,24 @@ def test_server_failing_mid_run_degrades_to_local_with_one_warning(tmp_path, mon
                          REDIS_PID=str(own_server.process.pid))
     assert set(report["values"]) == {"sumexp", "tanh", "cumsum"}
     assert report["remote"]["published"] > 0, "nothing was published before the fault"
-    # One failure, then the back-off keeps the server out of the compile path.
-    assert report["remote"]["error"] == 1
+    # One failure, then the back-off keeps the server out of the compile path. A killed
+    # server refuses connections (an error); a stopped one does not answer (a timeout).
+    counted = {"SIGKILL": "error", "SIGSTOP": "timeout"}[fault]
+    failures = {name: n for name, n in report["remote"].items() if name in ("error", "timeout", "bug")}
+    assert failures == {counted: 1}, report["remote"]
     remote_warnings = [text for text in report["warnings"] if "remote cache" in text]
     assert len(remote_warnings) == 1 and "using the local cache only" in remote_warnings[0]
+
+
+def test_a_bug_in_the_remote_tier_is_reported_as_a_bug_and_never_fails_a_compile(
+        server, tmp_path, monkeypatch):
+    monkeypatch.setenv("NBCACHE_REMOTE", server.url)
+    monkeypatch.setenv("NBCACHE_REMOTE_SECRET", SECRET)
+    report = machine(tmp_path / "store", ["bug", "sumexp", "tanh"])
+    assert set(report["values"]) == {"sumexp", "tanh"}
+    assert report["remote"].get("bug") == 1 and "error" not in report["remote"], report["remote"]
+    [warning] = [text for text in report["warnings"] if "remote" in text]
+    assert "a bug in numba_cache's remote tier" in warning and "TypeError" in warning
 
 
 def test_the_secret_can_come_from_a_file(remote, published, monkeypatch, tmp_path):

@@ -124,6 +124,7 @@ def _remote(counters: dict) -> str:
     text = ", ".join(
         f"{figures.get(name, 0)} {label}"
         for name, label in (("hit", "hits"), ("miss", "misses"), ("error", "errors"),
+                            ("timeout", "timeouts"), ("bug", "bugs"),
                             ("rejected", "rejected"), ("damaged", "damaged"),
                             ("published", "published"), ("too_large", "too large"))
     )

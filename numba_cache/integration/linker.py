@@ -31,7 +31,8 @@ from pytensor.link.utils import raise_with_op
 
 from numba_cache.codegen.thunk import direct_thunk
 from numba_cache.integration import nutpie
-from numba_cache.kernels import cfunc, fork_safety, objmode
+from numba_cache._compat import numba_unique_ids
+from numba_cache.kernels import cfunc, objmode
 from numba_cache.kernels.entry_point import entry_point
 
 MODE_NAME = "NUMBA_CACHE"
@@ -121,7 +122,7 @@ def _function_maker(mode: Mode):
 
 def register() -> None:
     """Register the ``numba_cache`` linker and the ``NUMBA_CACHE`` mode (idempotent)."""
-    fork_safety.install()
+    numba_unique_ids.install()
     objmode.install()
     cfunc.install()
     cfunc.register_recognizer(nutpie.recognize)

@@ -13,11 +13,11 @@ Models with shared variables (``pm.Data``) are recognised too; nutpie gives
 their record fields fresh names in every process, so those are keyed by
 position (:func:`_shared_variables`).
 
-The nutpie seams: the module name, and the qualified names and free variables
+The nutpie seams (the module name, and the qualified names and free variables
 of ``logp_numba``, ``expand_numba``, ``extract_shared``, ``tuple_setitem_literal``
-and the overload of ``extract_array`` (found in numba's typing registry,
-``builtin_registry.globals``); ``tests/test_nutpie.py`` fails loudly if nutpie or
-numba moves them.
+and the overload of ``extract_array``) are named and checked in
+:mod:`numba_cache._compat.nutpie_seams`; the overload is found in numba's typing
+registry (:mod:`numba_cache._compat.numba_seams`).
 """
 
 from __future__ import annotations
@@ -30,21 +30,17 @@ from pathlib import Path
 
 import numpy as np
 
-MODULE = "nutpie.compile_pymc"
-#: nutpie versions (major.minor) whose wrappers this module was written against.
-SUPPORTED_VERSIONS = ("0.16",)
+from numba_cache._compat.nutpie_seams import (
+    EXTRACT,
+    EXTRACT_ARRAY,
+    EXTRACT_SHARED,
+    IMPL_EXTRACT_ARRAY,
+    MODULE,
+    SETITEM,
+    SUPPORTED_VERSIONS,
+    WRAPPERS,
+)
 
-#: The wrappers, by qualified name, with the free variables of their closures.
-_WRAPPERS = {
-    "_make_c_logp_func.<locals>.logp_numba": ("extract", "n_dim", "numba"),
-    "_make_c_expand_func.<locals>.expand_numba": ("extract", "n_dim", "n_expanded", "numba"),
-}
-_EXTRACT = "make_extraction_fn.<locals>.extract_shared"
-_EXTRACT_SHARED = ("extract_array", "indices", "inner", "literal_unroll", "numba", "record_dtype",
-                   "shared_tuple", "tuple_setitem_literal")
-_EXTRACT_ARRAY = "make_extraction_fn.<locals>.extract_array"
-_IMPL_EXTRACT_ARRAY = "make_extraction_fn.<locals>.impl_extract_array"
-_SETITEM = "make_extraction_fn.<locals>.tuple_setitem_literal"
 _UUID_HEX = re.compile(r"[0-9a-f]{32}")
 
 
@@ -53,9 +49,11 @@ def recognize(pyfunc):
     if getattr(pyfunc, "__module__", None) != MODULE:
         return None
     source = _module_source_digest()
+    if source is None or not _seams_hold():
+        return None
     code = getattr(pyfunc, "__code__", None)
-    free = _WRAPPERS.get(getattr(pyfunc, "__qualname__", None))
-    if source is None or code is None or code.co_freevars != free:
+    free = WRAPPERS.get(getattr(pyfunc, "__qualname__", None))
+    if code is None or code.co_freevars != free:
         return None
     values = _closure(pyfunc)
     numbers = {name: values[name] for name in free if name.startswith("n_")}
@@ -90,12 +88,12 @@ def _extraction(extract):
     if not isinstance(extract, Dispatcher):
         return None
     function = extract.py_func
-    if (function.__module__, function.__qualname__) != (MODULE, _EXTRACT):
+    if (function.__module__, function.__qualname__) != (MODULE, EXTRACT):
         return None
     values = _closure(function)
     if function.__code__.co_freevars == ("inner",):
         shared = {}
-    elif function.__code__.co_freevars == _EXTRACT_SHARED:
+    elif function.__code__.co_freevars == EXTRACT_SHARED:
         shared = _shared_variables(values)
         if shared is None:
             return None
@@ -125,7 +123,7 @@ def _shared_variables(values: dict) -> dict | None:
     if (metadata is None or values["numba"] is not numba
             or values["literal_unroll"] is not numba.literal_unroll
             or not isinstance(setitem, _Intrinsic)
-            or (setitem._defn.__module__, setitem._defn.__qualname__) != (MODULE, _SETITEM)
+            or (setitem._defn.__module__, setitem._defn.__qualname__) != (MODULE, SETITEM)
             or not isinstance(record, np.dtype) or record.names != ("shared",)
             or record["shared"].names != ("data", "size", "shape")
             or not isinstance(arrays, tuple) or indices != tuple(range(len(arrays)))
@@ -156,13 +154,13 @@ def _extract_array_metadata(extract_array):
     from numba.cpython.unsafe.tuple import tuple_setitem
 
     if (getattr(extract_array, "__module__", None), getattr(extract_array, "__qualname__", None)) != (
-            MODULE, _EXTRACT_ARRAY):
+            MODULE, EXTRACT_ARRAY):
         return None
     found = [typ for value, typ in reversed(builtin_registry.globals) if value is extract_array]
     if len(found) != 1 or len(getattr(found[0], "templates", ())) != 1:
         return None
     overload = getattr(found[0].templates[0], "_overload_func", None)
-    if (getattr(overload, "__qualname__", None) != _IMPL_EXTRACT_ARRAY
+    if (getattr(overload, "__qualname__", None) != IMPL_EXTRACT_ARRAY
             or overload.__code__.co_freevars != ("numba", "shared_metadata", "tuple_setitem")):
         return None
     values = _closure(overload)
@@ -175,6 +173,18 @@ def _extract_array_metadata(extract_array):
 def _closure(function) -> dict:
     return {name: cell.cell_contents
             for name, cell in zip(function.__code__.co_freevars, function.__closure__, strict=True)}
+
+
+@functools.cache
+def _seams_hold() -> bool:
+    """nutpie's seams checked once per process; if one moved, nothing is recognised."""
+    from numba_cache._compat import all_seams, problems
+    from numba_cache.logs import logger
+
+    found = problems([each for each in all_seams(with_nutpie=True) if each.upstream == "nutpie"])
+    for problem in found:
+        logger.warning("numba_cache does not store nutpie's wrappers: %s", problem)
+    return not found
 
 
 @functools.cache

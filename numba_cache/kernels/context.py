@@ -7,7 +7,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from numba_cache import settings as settings_module
-from numba_cache.kernels.serialize import self_test
+from numba_cache import _compat
 from numba_cache.keys import Fingerprint, current_fingerprint
 from numba_cache.store import Store, StoreWarning
 
@@ -49,21 +49,22 @@ def _store(settings) -> Store:
 
 
 def _self_test_passed(store: Store, fingerprint: Fingerprint) -> bool:
-    """Round-trip a tiny kernel once per fingerprint and store root.
+    """Check every upstream seam (:mod:`numba_cache._compat`), a tiny kernel's round trip
+    among them, once per fingerprint and store root.
 
     Success is remembered by recording the fingerprint's components beside its
     entries (which is also what lets ``numba-cache explain`` name a changed
-    component), so warm processes pay one small read.
+    component), so warm processes pay one small read. The fingerprint holds every
+    package version, so new upstream versions are checked again.
     """
     if store.fingerprint_components(fingerprint.digest) is not None:
         return True
-    try:
-        self_test()
-    except Exception as exc:
+    found = _compat.problems()
+    if found:
         warnings.warn(
-            f"numba_cache is turned off for this process: numba's compile results "
-            f"could not be serialized and rebuilt ({exc!r}). Compiles still work, "
-            "uncached. Is the installed numba outside numba_cache's supported range?",
+            "numba_cache is turned off for this process: " + "; ".join(found)
+            + ". Compiles still work, uncached. Is an installed package outside "
+            "numba_cache's supported range?",
             StoreWarning,
             stacklevel=3,
         )

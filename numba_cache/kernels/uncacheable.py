@@ -115,9 +115,15 @@ def baked_address(llvm_ir: str) -> int | None:
     return None
 
 
+#: Where a user-space address may lie, on a system that does not list its mappings.
+_ADDRESS_SPACE = (1 << 32, 1 << 48)
+
+
 def _mapped_regions() -> list[tuple[int, int]]:
+    """This process's mapped memory; without ``/proc/self/maps``, the whole range an
+    address may lie in (failing closed: a large integer may then be taken for one)."""
     if not sys.platform.startswith("linux"):
-        return []
+        return [_ADDRESS_SPACE]
     regions = []
     with open("/proc/self/maps") as maps:
         for line in maps:

@@ -18,9 +18,9 @@ that derive them (an :class:`Origin`): a lossless cast (index arrays downcast to
 observed series). Their reads are watched too, and the steps are replayed on new
 data to fill the stored graph's slots.
 
-Reads are seen through a property installed on ``TensorConstant.data``: every
-way to a constant's values goes through that attribute. Outside a watched
-rewrite it only returns the value.
+Reads are seen through a property on ``TensorConstant.data``
+(:mod:`numba_cache._compat.tensor_constant_data`), there only while a rewrite is
+watched.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from numba_cache._compat import tensor_constant_data
 from numba_cache.keys.constants import HIDDEN_MIN_SIZE, hidden_constants
 from numba_cache.keys.data_readers import reader_summary
 
@@ -368,12 +369,14 @@ class watch:
         self._reads = reads
 
     def __enter__(self) -> DataReads:
-        _install_property()
+        self._property = tensor_constant_data.reads_seen_by(_seen)
+        self._property.__enter__()
         self._token = _watching.set(self._reads)
         return self._reads
 
     def __exit__(self, *exc_info) -> None:
         _watching.reset(self._token)
+        self._property.__exit__(*exc_info)
 
 
 def folded_node(frame):
@@ -388,14 +391,11 @@ def folded_node(frame):
     return node if isinstance(node, Apply) else None
 
 
-def _get_data(constant):
-    try:
-        data = constant.__dict__["data"]
-    except KeyError:  # not set yet: as a plain attribute would be
-        raise AttributeError("data") from None
+def _seen(constant, data):
+    """``TensorConstant.data`` while watched: `data`, its read recorded if rewriting made it."""
     reads = _watching.get()
     if reads is not None and isinstance(data, np.ndarray) and data.size >= HIDDEN_MIN_SIZE:
-        caller = sys._getframe(1)
+        caller = sys._getframe(2)  # past the property
         reader = f"{caller.f_globals.get('__name__')}.{caller.f_code.co_qualname}"
         token = _watching.set(None)  # summaries and folds read data too: not rewriting's reads
         try:
@@ -405,14 +405,3 @@ def _get_data(constant):
         finally:
             _watching.reset(token)
     return data
-
-
-def _set_data(constant, value) -> None:
-    constant.__dict__["data"] = value
-
-
-def _install_property() -> None:
-    from pytensor.tensor.variable import TensorConstant
-
-    if not isinstance(TensorConstant.__dict__.get("data"), property):
-        TensorConstant.data = property(_get_data, _set_data)

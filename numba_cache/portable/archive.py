@@ -192,20 +192,17 @@ def import_archive(
 
 
 def _check_numba(store: Store, current: Fingerprint) -> None:
-    """Round-trip a tiny kernel here, as the first compile in a new store would, and
-    record the fingerprint that marks it done: imported kernels are then loaded by
-    processes that compile nothing at all."""
+    """Check the upstream seams here (a tiny kernel's round trip among them), as the first
+    compile in a new store would, and record the fingerprint that marks it done:
+    imported kernels are then loaded by processes that compile nothing at all."""
     if store.fingerprint_components(current.digest) is not None:
         return
-    try:
-        from numba_cache.kernels.serialize import self_test  # imports numba: only on import
+    from numba_cache import _compat  # imports numba and PyTensor: only on import
 
-        self_test()
-    except Exception as error:
-        raise ArchiveError(
-            f"numba's compile results cannot be rebuilt in this environment ({error!r}); "
-            "nothing imported"
-        ) from None
+    found = _compat.problems()
+    if found:
+        raise ArchiveError(f"numba_cache cannot work in this environment ({'; '.join(found)}); "
+                           "nothing imported")
     store.record_fingerprint(current.digest, current.components)
 
 

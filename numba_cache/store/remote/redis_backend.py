@@ -6,23 +6,47 @@ Each entry is one Redis hash, ``<prefix>:<fingerprint>:<key>``, with the fields
 reader sees the old entry or the new one, never a mix. Entries expire after the
 TTL; a hit renews it, so what a fleet uses stays and the rest ages out.
 
-Every method raises :class:`redis.exceptions.RedisError` (or OSError) when the server
-fails; deciding what that means is the tier's business (:mod:`.tier`).
+Every method raises :class:`~.failures.RemoteTimeout` when the server does not
+answer in time and :class:`~.failures.RemoteFailure` when it fails otherwise (the
+client's ``RedisError`` or an ``OSError``, chained); deciding what that means is
+the tier's business (:mod:`.tier`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import socket
 import time
 from collections.abc import Iterator
 
 import redis
 
 from ..entry import is_sha256_hex
+from .failures import RemoteFailure, RemoteTimeout
 
 ENVELOPE_FIELD = "envelope"
 WRITTEN_FIELD = "written"
 #: Keys asked for per SCAN round trip when listing.
 SCAN_BATCH = 500
+
+
+@contextlib.contextmanager
+def _server_failures() -> Iterator[None]:
+    try:
+        yield
+    except (redis.exceptions.TimeoutError, socket.timeout) as error:
+        raise RemoteTimeout(f"{type(error).__name__}: {error}") from error
+    except (redis.exceptions.RedisError, OSError) as error:
+        raise RemoteFailure(f"{type(error).__name__}: {error}") from error
+
+
+def _typed_failures(method):
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        with _server_failures():
+            return method(*args, **kwargs)
+    return call
 
 
 class RedisBackend:
@@ -57,9 +81,11 @@ class RedisBackend:
     def name(self, fingerprint: str, key: str) -> str:
         return f"{self.prefix}:{fingerprint}:{key}"
 
+    @_typed_failures
     def ping(self) -> None:
         self.client.ping()
 
+    @_typed_failures
     def get(self, fingerprint: str, key: str) -> bytes | None:
         name = self.name(fingerprint, key)
         if self.readonly or not self.ttl:
@@ -70,6 +96,7 @@ class RedisBackend:
         envelope, _ = pipeline.execute()
         return envelope
 
+    @_typed_failures
     def put(self, fingerprint: str, key: str, record: bytes, source: str | None = None) -> None:
         """Store the envelope `record`; `source` is unused, the envelope carries it."""
         name = self.name(fingerprint, key)
@@ -79,10 +106,15 @@ class RedisBackend:
             pipeline.expire(name, self.ttl)
         pipeline.execute()
 
+    @_typed_failures
     def remove(self, fingerprint: str, key: str) -> None:
         self.client.delete(self.name(fingerprint, key))
 
     def list(self, fingerprint: str | None = None) -> Iterator[tuple[str, str, int, float]]:
+        with _server_failures():
+            yield from self._list(fingerprint)
+
+    def _list(self, fingerprint: str | None) -> Iterator[tuple[str, str, int, float]]:
         # Prefixes are letters, digits and ._/- (see settings): no glob characters to escape.
         pattern = f"{self.prefix}:{fingerprint or '*'}:*"
         names = [name.decode() for name in self.client.scan_iter(match=pattern, count=SCAN_BATCH)]

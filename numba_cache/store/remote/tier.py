@@ -2,14 +2,18 @@
 
 :class:`RemoteTier` is what the :class:`~numba_cache.store.Store` consults after a
 local miss and publishes to after a local save. It never raises for the server's
-sake: a failure or timeout is counted as ``remote:error``, warned once per process,
-and trips the :class:`~.breaker.Breaker`, so the following lookups go local-only
-until the back-off period is over. Counters (per fingerprint, in the local store):
+sake: a failure or a timeout (:mod:`.failures`) is counted, warned once per
+process, and trips the :class:`~.breaker.Breaker`, so the following lookups go
+local-only until the back-off period is over. Nor for its own: any other
+exception is a bug in numba_cache, counted as ``remote:bug`` and reported as one,
+and the tier steps aside the same way. Counters (per fingerprint, in the local store):
 
 ``remote:hit`` / ``remote:miss``
     lookups the server answered with a usable entry / keys it did not have;
-``remote:error``
-    calls that failed or timed out;
+``remote:error`` / ``remote:timeout``
+    calls the server failed / did not answer in time;
+``remote:bug``
+    calls that failed in numba_cache's own code (please report them);
 ``remote:rejected``
     entries refused for a signature that is not ours (another secret, a forgery,
     an entry moved to another address); never loaded, never deleted;
@@ -35,6 +39,7 @@ from ...settings import Settings
 from ..notices import warn_once
 from . import envelope
 from .breaker import Breaker
+from .failures import RemoteFailure
 
 #: Shorter secrets are refused: an HMAC is only as strong as its key.
 MIN_SECRET_BYTES = 16
@@ -144,7 +149,7 @@ class RemoteTier:
             return None
         try:
             sealed = self.backend.get(fingerprint, key)
-        except Exception as error:  # any client failure means "no server"
+        except Exception as error:  # a server failure, or our bug: never the compile's
             self._failed(fingerprint, error)
             return None
         if sealed is None:
@@ -177,7 +182,7 @@ class RemoteTier:
             return False
         try:
             self.backend.put(fingerprint, key, sealed)
-        except Exception as error:  # any client failure means "no server"
+        except Exception as error:  # a server failure, or our bug: never the compile's
             self._failed(fingerprint, error)
             return False
         self._count(fingerprint, "remote:published", 1)
@@ -202,11 +207,16 @@ class RemoteTier:
 
     def _failed(self, fingerprint: str, error: Exception) -> None:
         self._breaker.trip()
-        self._count(fingerprint, "remote:error", 1)
+        if isinstance(error, RemoteFailure):
+            self._count(fingerprint, error.counter, 1)
+            what = f"the remote cache {self.url} failed ({error})"
+        else:
+            self._count(fingerprint, "remote:bug", 1)
+            what = (f"a bug in numba_cache's remote tier ({type(error).__name__}: {error}; "
+                    "please report it)")
         warn_once(
             ("remote", self.url),
-            f"numba_cache: the remote cache {self.url} failed ({type(error).__name__}: "
-            f"{error}); using the local cache only, retrying after "
+            f"numba_cache: {what}; using the local cache only, retrying after "
             f"{self._breaker.backoff:g} s.",
         )
 
@@ -232,5 +242,5 @@ class RemoteTier:
             return
         try:
             self.backend.remove(fingerprint, key)
-        except Exception as error:  # any client failure means "no server"
+        except Exception as error:  # a server failure, or our bug: never the compile's
             self._failed(fingerprint, error)

@@ -1,0 +1,102 @@
+"""numba's private API that numba_cache uses, each with the check that it is still there.
+
+Each check looks at numba as installed; see :mod:`numba_cache._compat`.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from numba_cache._compat import numba_unique_ids, require, seam
+
+__all__ = ["numba_unique_ids"]  # its seam registers on import
+
+WRITTEN_FOR = ("0.68",)
+
+
+@seam("CompileResult._reduce/_rebuild", "numba", WRITTEN_FOR, "kernels/serialize.py")
+def compile_results() -> None:
+    from numba_cache.kernels.serialize import self_test
+
+    self_test()  # compiles, serializes, rebuilds and calls a tiny kernel
+
+
+@seam("CPUCodeLibrary._optimize_final_module", "numba", WRITTEN_FOR, "kernels/self_contained.py")
+def final_module_hook() -> None:
+    import numba
+
+    from numba_cache.kernels.self_contained import SelfContainedCompiler, is_self_contained
+
+    dispatcher = numba.core.registry.CPUDispatcher(
+        py_func=lambda x: x + 1.0, locals={}, targetoptions={"nopython": True},
+        pipeline_class=SelfContainedCompiler)
+    dispatcher.compile((numba.float64,))
+    library = dispatcher.overloads[(numba.float64,)].library
+    require(type(library).__name__ == "SelfContainedLibrary",
+            "the compiler pipeline no longer takes the library from state.library")
+    require(is_self_contained(library), "_optimize_final_module is no longer called")
+
+
+@seam("ObjModeUtils._call_objmode_dispatcher", "numba", WRITTEN_FOR, "kernels/objmode.py")
+def objmode_dispatcher() -> None:
+    from numba.core import pythonapi
+
+    function = inspect.getattr_static(pythonapi.ObjModeUtils, "_call_objmode_dispatcher", None)
+    require(isinstance(function, staticmethod), "ObjModeUtils._call_objmode_dispatcher is gone")
+    require("_call_objmode_dispatcher" in inspect.getsource(pythonapi.ObjModeUtils),
+            "object-mode code no longer calls ObjModeUtils._call_objmode_dispatcher")
+
+
+@seam("CFunc.__init__/_cache/_compiler", "numba", WRITTEN_FOR, "kernels/cfunc.py")
+def cfunc() -> None:
+    from numba.core.ccallback import CFunc
+
+    # numba's, or numba_cache's wrapper of it (kernels/cfunc.py), which takes the same.
+    parameters = list(inspect.signature(CFunc.__init__).parameters)
+    require(parameters == ["self", "pyfunc", "sig", "locals", "options", "pipeline_class"],
+            f"CFunc.__init__ takes {parameters}")
+    source = inspect.getsource(CFunc.compile)
+    require("self._cache.load_overload" in source and "self._cache.save_overload" in source,
+            "CFunc.compile no longer consults self._cache")
+    require("pipeline_class" in inspect.getsource(CFunc.__init__),
+            "CFunc no longer hands its compiler a pipeline class")
+
+
+@seam("typing registry globals", "numba", WRITTEN_FOR, "integration/nutpie.py")
+def typing_registry() -> None:
+    from numba.core.extending import overload
+    from numba.core.typing.templates import builtin_registry
+
+    def probe():
+        pass
+
+    def implementation():
+        return lambda: None
+
+    overload(probe)(implementation)
+    found = [typ for value, typ in builtin_registry.globals if value is probe]
+    require(len(found) == 1 and found[0].templates[0]._overload_func is implementation,
+            "overloads are no longer found in builtin_registry.globals")
+
+
+@seam("Dispatcher._cache", "numba", WRITTEN_FOR, "kernels/cache.py, kernels/dispatcher.py")
+def dispatcher_cache() -> None:
+    from numba.core import caching, dispatcher
+
+    source = inspect.getsource(dispatcher.Dispatcher)
+    require("self._cache.load_overload" in source and "self._cache.save_overload" in source,
+            "Dispatcher no longer consults self._cache")
+    abstract = getattr(caching._Cache, "__abstractmethods__", frozenset())
+    require({"load_overload", "save_overload"} <= abstract, "caching._Cache changed its methods")
+
+
+@seam("ObjModeLiftedWith._memo/_uuid", "numba", WRITTEN_FOR, "kernels/blocks.py")
+def objmode_blocks() -> None:
+    import weakref
+
+    from numba.core.dispatcher import ObjModeLiftedWith, _MemoMixin
+
+    require(isinstance(getattr(ObjModeLiftedWith, "_memo", None), weakref.WeakValueDictionary),
+            "ObjModeLiftedWith._memo is gone")
+    require(isinstance(inspect.getattr_static(_MemoMixin, "_uuid", None), property),
+            "dispatchers no longer have a _uuid")

@@ -1,0 +1,72 @@
+"""PyTensor's private API that numba_cache uses, each with the check that it is still there.
+
+Each check looks at PyTensor as installed; see :mod:`numba_cache._compat`.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from numba_cache._compat import require, seam, tensor_constant_data
+
+__all__ = ["tensor_constant_data"]  # its seam registers on import
+
+WRITTEN_FOR = ("3.3",)
+
+
+@seam("compile.mode names", "pytensor", WRITTEN_FOR, "integration/activation.py")
+def mode_names() -> None:
+    from pytensor.compile import mode as mode_module
+    from pytensor.link.numba.linker import NumbaLinker
+
+    require(isinstance(mode_module.predefined_linkers.get("numba"), NumbaLinker),
+            "predefined_linkers['numba'] is not a NumbaLinker")
+    require(mode_module.predefined_modes.get("NUMBA") is vars(mode_module).get("NUMBA"),
+            "predefined_modes['NUMBA'] is not the module's NUMBA")
+    require("numba" in mode_module.fast_run_linkers_to_mode, "fast_run_linkers_to_mode lost 'numba'")
+    require(isinstance(getattr(mode_module, "_CACHED_RUNTIME_MODES", None), dict),
+            "_CACHED_RUNTIME_MODES is gone")
+
+
+@seam("Mode.function_maker", "pytensor", WRITTEN_FOR, "integration/linker.py")
+def function_maker() -> None:
+    from pytensor.compile.mode import Mode
+
+    from pytensor.compile import maker
+
+    require(isinstance(Mode.__dict__.get("function_maker"), property),
+            "Mode.function_maker is no longer a property")
+    require("mode.function_maker(" in inspect.getsource(maker),
+            "pytensor.function no longer builds through mode.function_maker")
+
+
+@seam("NumbaLinker hooks", "pytensor", WRITTEN_FOR, "integration/linker.py")
+def numba_linker() -> None:
+    from pytensor.link.numba.linker import NumbaLinker
+
+    for name in ("fgraph_convert", "jit_compile", "create_thunk_inputs", "create_jitable_thunk"):
+        require(callable(getattr(NumbaLinker, name, None)), f"NumbaLinker.{name} is gone")
+
+
+@seam("constant folding's local 'node'", "pytensor", WRITTEN_FOR, "keys/data_reads.py")
+def constant_folding_node() -> None:
+    from pytensor.tensor.rewriting import basic
+
+    from numba_cache.keys.data_reads import CONSTANT_FOLDING
+
+    module, _, name = CONSTANT_FOLDING.rpartition(".")
+    require(module == basic.__name__ and hasattr(basic, name), f"{CONSTANT_FOLDING} is gone")
+    function = getattr(basic, name)
+    code = getattr(function, "__wrapped__", function)
+    code = getattr(code, "transform", code)
+    require("node" in code.__code__.co_varnames, f"{CONSTANT_FOLDING} has no local 'node'")
+
+
+@seam("Mode._optimizer", "pytensor", WRITTEN_FOR, "keys/rewrites.py")
+def mode_optimizer() -> None:
+    from pytensor.compile.mode import Mode
+    from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+
+    mode = Mode(linker="py", optimizer=RewriteDatabaseQuery(include=["fast_run"]))
+    require(isinstance(getattr(mode, "_optimizer", None), RewriteDatabaseQuery),
+            "Mode no longer keeps its query in _optimizer")

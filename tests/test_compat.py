@@ -1,0 +1,61 @@
+"""Every upstream seam (numba_cache/_compat): its check passes on the installed versions, which
+are versions it was written for; the TensorConstant.data patch exists only while rewriting.
+
+A check that fails here means numba, PyTensor or nutpie moved something numba_cache
+relies on: numba_cache turns itself off (numba and PyTensor seams, see
+tests/test_settings_in_use.py) or stops recognising nutpie's wrappers until the seam
+is brought up to date.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.tensor.variable import TensorConstant
+
+from numba_cache import _compat
+
+SEAMS = _compat.all_seams(with_nutpie=True)
+
+
+def test_every_upstream_is_a_version_its_seams_were_written_for():
+    for seam in SEAMS:
+        version = _compat.installed_version(seam.upstream)
+        assert _compat.is_written_for(version, seam.written_for), (
+            f"{seam.upstream} {version} is not a version {seam.name} was written for "
+            f"({seam.written_for}): check the seam, then add the version")
+
+
+@pytest.mark.parametrize("seam", SEAMS, ids=[f"{s.upstream}: {s.name}" for s in SEAMS])
+def test_the_seam_is_where_numba_cache_looks(seam):
+    assert _compat.problems([seam]) == []
+
+
+def test_a_seam_check_that_fails_is_reported_with_what_moved():
+    moved = _compat.Seam("probe", "numba", ("0.68",), "tests",
+                         lambda: _compat.require(False, "the probe is gone"))
+    [problem] = _compat.problems([moved])
+    assert problem.startswith("numba ") and "moved probe" in problem and "the probe is gone" in problem
+
+
+def test_the_data_property_is_installed_only_while_rewriting(tmp_path, monkeypatch):
+    """numba_cache watches data reads through a property on TensorConstant.data while it
+    rewrites; before and after, the class is PyTensor's own."""
+    seen = []
+    original = _compat.tensor_constant_data.reads_seen_by
+
+    def recording(getter):
+        seen.append(isinstance(TensorConstant.__dict__.get("data"), property))
+        return original(getter)
+
+    monkeypatch.setattr(_compat.tensor_constant_data, "reads_seen_by", recording)
+    monkeypatch.setenv("NBCACHE_DIR", str(tmp_path))
+    assert "data" not in TensorConstant.__dict__
+    x = pt.dvector("x")
+    data = np.linspace(1.0, 2.0, 40)  # large enough to be observed data
+    function = pytensor.function([x], (x[:, None] * data).sum(), mode="NUMBA_CACHE")
+    assert seen == [False], "a rewrite was not watched, or the property was already there"
+    assert "data" not in TensorConstant.__dict__, "the property outlived the rewrite"
+    assert function(np.ones(2)) == pytest.approx(2 * data.sum())
