@@ -34,8 +34,10 @@ REWRITE_CACHE = 5
 #: version 2 records (every blob raw) are still read.
 RECORD = 3
 
-#: The SQLite index of a local store (``PRAGMA user_version``); another is rebuilt.
-INDEX_SCHEMA = 1
+#: The SQLite index of a local store (``PRAGMA user_version``). 2: the store's total
+#: size kept by triggers; an index of schema 1 is upgraded in place (read as it is when
+#: read-only); any other is not used (the entries' files are listed instead).
+INDEX_SCHEMA = 2
 
 #: ``numba-cache export`` archives; another is refused with what to do.
 ARCHIVE = 1

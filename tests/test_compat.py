@@ -4,7 +4,8 @@ are versions it was written for; the TensorConstant.data patch exists only while
 A check that fails here means numba, PyTensor or nutpie moved something numba_cache
 relies on: numba_cache turns itself off (numba and PyTensor seams, see
 tests/test_settings_in_use.py) or stops recognising nutpie's wrappers until the seam
-is brought up to date.
+is brought up to date. And where numba_cache cannot see (no memory map to tell an
+address from a number), it fails closed.
 """
 
 from __future__ import annotations
@@ -59,3 +60,14 @@ def test_the_data_property_is_installed_only_while_rewriting(tmp_path, monkeypat
     assert seen == [False], "a rewrite was not watched, or the property was already there"
     assert "data" not in TensorConstant.__dict__, "the property outlived the rewrite"
     assert function(np.ones(2)) == pytest.approx(2 * data.sum())
+
+
+def test_without_a_memory_map_any_integer_in_address_range_counts_as_baked(monkeypatch):
+    """Where /proc/self/maps is missing, the baked-address scan fails closed."""
+    from numba_cache.kernels import uncacheable
+
+    llvm_ir = "store i64 {value}, ptr %x"
+    address = 0x7F00_0000_1000
+    monkeypatch.setattr(uncacheable.sys, "platform", "darwin")
+    assert uncacheable.baked_address(llvm_ir.format(value=address)) == address
+    assert uncacheable.baked_address(llvm_ir.format(value=123_456_789)) is None

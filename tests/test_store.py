@@ -879,3 +879,47 @@ def test_a_blob_that_decodes_to_another_size_is_corrupt():
     lying = lying[:12] + hashlib.sha256(text).digest() + lying[44:]  # a valid metadata checksum
     with pytest.raises(CorruptEntry, match="wrong size"):
         record.decode(lying, FINGERPRINT, entry.key)
+
+
+def indexed_total(root: Path) -> tuple[int, int]:
+    """The total the index keeps, and the sum of its rows' sizes."""
+    with contextlib.closing(sqlite3.connect(root / "index.sqlite3")) as connection:
+        kept = connection.execute("SELECT bytes FROM totals").fetchone()[0]
+        summed = connection.execute("SELECT COALESCE(SUM(size), 0) FROM entries").fetchone()[0]
+    return kept, summed
+
+
+def test_the_index_keeps_the_total_size_through_saves_resaves_loads_removals_and_clears(tmp_path):
+    store = open_store(tmp_path)
+    entries = [save(store, name) for name in "abc"]
+    assert indexed_total(tmp_path)[0] == indexed_total(tmp_path)[1] > 0
+    store.save(make_entry("a", kernel_size=5000), source=source_of("a"))  # same key, larger
+    store.load(FINGERPRINT, entries[1].key)
+    store.remove(FINGERPRINT, entries[2].key)
+    kept, summed = indexed_total(tmp_path)
+    assert kept == summed == sum(entry.size for entry in store.entries())
+    store.clear()
+    assert indexed_total(tmp_path) == (0, 0)
+
+
+def test_an_index_of_schema_1_is_upgraded_in_place_with_its_rows_and_counters(tmp_path):
+    store = open_store(tmp_path)
+    for name in "ab":
+        save(store, name)
+    store.count(FINGERPRINT, "graph.hit", 3)
+    del store
+    gc.collect()
+    with contextlib.closing(sqlite3.connect(tmp_path / "index.sqlite3")) as connection:
+        for name in ("entries_added", "entries_removed", "entries_resized"):
+            connection.execute(f"DROP TRIGGER {name}")
+        connection.execute("DROP TABLE totals")
+        connection.execute("PRAGMA user_version = 1")
+        connection.commit()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an upgrade is silent
+        upgraded = open_store(tmp_path)
+        save(upgraded, "c")
+    assert upgraded.stats()["counters"] == {"graph.hit": 3}
+    assert len(upgraded.entries()) == 3
+    kept, summed = indexed_total(tmp_path)
+    assert kept == summed == sum(entry.size for entry in upgraded.entries())

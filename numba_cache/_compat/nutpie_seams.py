@@ -27,7 +27,7 @@ SETITEM = "make_extraction_fn.<locals>.tuple_setitem_literal"
 
 @seam("compile_pymc wrappers", "nutpie", SUPPORTED_VERSIONS, "integration/nutpie.py")
 def wrappers() -> None:
-    import nutpie.compile_pymc as compile_pymc
+    from nutpie import compile_pymc
 
     def nested(function) -> dict:
         return {c.co_qualname: c for c in function.__code__.co_consts if hasattr(c, "co_qualname")}

@@ -30,9 +30,8 @@ def mode_names() -> None:
 
 @seam("Mode.function_maker", "pytensor", WRITTEN_FOR, "integration/linker.py")
 def function_maker() -> None:
-    from pytensor.compile.mode import Mode
-
     from pytensor.compile import maker
+    from pytensor.compile.mode import Mode
 
     require(isinstance(Mode.__dict__.get("function_maker"), property),
             "Mode.function_maker is no longer a property")

@@ -29,9 +29,9 @@ from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.link.utils import raise_with_op
 
+from numba_cache._compat import numba_unique_ids
 from numba_cache.codegen.thunk import direct_thunk
 from numba_cache.integration import nutpie
-from numba_cache._compat import numba_unique_ids
 from numba_cache.kernels import cfunc, objmode
 from numba_cache.kernels.entry_point import entry_point
 

@@ -6,8 +6,8 @@ import functools
 import warnings
 from dataclasses import dataclass, field
 
-from numba_cache import settings as settings_module
 from numba_cache import _compat
+from numba_cache import settings as settings_module
 from numba_cache.keys import Fingerprint, current_fingerprint
 from numba_cache.store import Store, StoreWarning
 

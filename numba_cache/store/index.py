@@ -60,7 +60,24 @@ _BUMP = (
     "ON CONFLICT(fingerprint, name) DO UPDATE SET value = value + excluded.value"
 )
 
-_TOTAL_SIZE = "SELECT COALESCE(SUM(size), 0) FROM entries"
+#: The bytes of all entries, kept by triggers as rows come and go, so that a save does
+#: not sum the whole table to learn whether the store outgrew its maximum size.
+_TOTALS = (
+    "CREATE TABLE IF NOT EXISTS totals(id INTEGER PRIMARY KEY CHECK (id = 0), bytes INTEGER NOT NULL)",
+    "INSERT OR IGNORE INTO totals(id, bytes) SELECT 0, COALESCE(SUM(size), 0) FROM entries",
+    """CREATE TRIGGER IF NOT EXISTS entries_added AFTER INSERT ON entries
+        BEGIN UPDATE totals SET bytes = bytes + new.size WHERE id = 0; END""",
+    """CREATE TRIGGER IF NOT EXISTS entries_removed AFTER DELETE ON entries
+        BEGIN UPDATE totals SET bytes = bytes - old.size WHERE id = 0; END""",
+    """CREATE TRIGGER IF NOT EXISTS entries_resized AFTER UPDATE OF size ON entries
+        BEGIN UPDATE totals SET bytes = bytes - old.size + new.size WHERE id = 0; END""",
+)
+_TOTAL_SIZE = "SELECT bytes FROM totals WHERE id = 0"
+#: Schema 1 lacks only the totals: it is brought up to date in place, or read as it is.
+_UPGRADABLE = 1
+# An UPDATE, not INSERT OR REPLACE: a replacing delete fires no delete trigger.
+_REPLACE = (f"INSERT INTO entries{_VALUES} ON CONFLICT(fingerprint, key) DO UPDATE SET "
+            + ", ".join(f"{column} = excluded.{column}" for column in _COLUMNS.split(", ")[2:]))
 
 #: SQLite's primary result codes for a write the disk refused: full, failing, or
 #: no file could be created.
@@ -119,7 +136,7 @@ class Index:
         """Add `entry`, or replace its row (a re-save starts its history anew)."""
         row = _row(entry, size, last_used=now, hits=0)
         self._run(
-            lambda connection: connection.execute(f"INSERT OR REPLACE INTO entries{_VALUES}", row),
+            lambda connection: connection.execute(_REPLACE, row),
             None,
             write=True,
             create=True,
@@ -268,7 +285,9 @@ class Index:
             version = _schema_version(connection)
             if version == 0 and not self._readonly:
                 self._initialize(connection)
-            elif version != versions.INDEX_SCHEMA:
+            elif version == _UPGRADABLE and not self._readonly:
+                self._upgrade(connection)
+            elif version not in (versions.INDEX_SCHEMA, _UPGRADABLE):
                 raise sqlite3.OperationalError(
                     f"schema version {version}, this numba_cache knows {versions.INDEX_SCHEMA}"
                 )
@@ -302,12 +321,25 @@ class Index:
                 for statement in _SCHEMA:
                     connection.execute(statement)
                 connection.executemany(f"INSERT OR IGNORE INTO entries{_VALUES}", found)
+                for statement in _TOTALS:
+                    connection.execute(statement)
                 connection.execute(f"PRAGMA user_version = {versions.INDEX_SCHEMA}")
             connection.execute("COMMIT")
         except BaseException:
-            if connection.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    connection.execute("ROLLBACK")
+            _roll_back(connection)
+            raise
+
+    def _upgrade(self, connection: sqlite3.Connection) -> None:
+        """Add the totals to an index of schema 1, keeping its rows and counters."""
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            if _schema_version(connection) == _UPGRADABLE:  # nobody upgraded it meanwhile
+                for statement in _TOTALS:
+                    connection.execute(statement)
+                connection.execute(f"PRAGMA user_version = {versions.INDEX_SCHEMA}")
+            connection.execute("COMMIT")
+        except BaseException:
+            _roll_back(connection)
             raise
 
     def _handle(self, error: sqlite3.Error, write: bool) -> None:
@@ -353,6 +385,12 @@ def _connect(database: str, *, uri: bool) -> sqlite3.Connection:
     # isolation_level=None: transactions are begun explicitly, as BEGIN IMMEDIATE, so
     # that a writer waits for the write lock up front instead of failing to upgrade.
     return sqlite3.connect(database, timeout=BUSY_TIMEOUT, isolation_level=None, uri=uri)
+
+
+def _roll_back(connection: sqlite3.Connection) -> None:
+    if connection.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            connection.execute("ROLLBACK")
 
 
 def _schema_version(connection: sqlite3.Connection) -> int:

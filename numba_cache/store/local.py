@@ -278,3 +278,8 @@ def warn_if_writable_by_others(root: Path) -> None:
             "are pickles, so whoever can write there can run code in your processes; "
             f"use a private directory (chmod 700 {root}).",
         )
+
+
+def stored_size(data: bytes, source: str | None) -> int:
+    """What an entry occupies: its record and its ``.py`` copy."""
+    return len(data) + (len(source.encode()) if source is not None else 0)

@@ -22,3 +22,14 @@ def warn_once(topic: Hashable, message: str) -> None:
         return
     _given.add(topic)
     warnings.warn(message, StoreWarning, stacklevel=3)
+
+
+def warn_cannot_write(root, error: Exception) -> None:
+    """The one warning a process gets when the store's disk refuses writes, whichever
+    write (record, index, lock, generated source) meets it first."""
+    warn_once(("write", str(root)), f"numba_cache: cannot write to the cache {root} ({error}); "
+              "compiled kernels are not being saved.")
+
+
+def warn_cannot_delete(root, error: OSError) -> None:
+    warn_once(("delete", str(root)), f"numba_cache: cannot delete in {root}: {error}")

@@ -5,6 +5,6 @@ moves them, :mod:`.breaker` keeps a failing server out of the compile path, and
 :mod:`.tier` puts these together for the :class:`~numba_cache.store.Store`.
 """
 
-from .tier import RemoteConfigError, RemoteTier, display_url, open_tier
+from .tier import RemoteConfigError, RemoteTier, display_url, open_tier, open_tier_for_store
 
-__all__ = ["RemoteConfigError", "RemoteTier", "display_url", "open_tier"]
+__all__ = ["RemoteConfigError", "RemoteTier", "display_url", "open_tier", "open_tier_for_store"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import socket
 import time
 from collections.abc import Iterator
 
@@ -35,7 +34,7 @@ SCAN_BATCH = 500
 def _server_failures() -> Iterator[None]:
     try:
         yield
-    except (redis.exceptions.TimeoutError, socket.timeout) as error:
+    except (TimeoutError, redis.exceptions.TimeoutError) as error:
         raise RemoteTimeout(f"{type(error).__name__}: {error}") from error
     except (redis.exceptions.RedisError, OSError) as error:
         raise RemoteFailure(f"{type(error).__name__}: {error}") from error

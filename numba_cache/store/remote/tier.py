@@ -119,6 +119,18 @@ def open_tier(settings: Settings, count: Callable[[str, str, int], None]) -> Rem
     return RemoteTier(settings, secret, backend, count)
 
 
+def open_tier_for_store(settings: Settings, count: Callable[[str, str, int], None]) -> RemoteTier | None:
+    """The store's remote tier: None if `settings` name no server, or if the tier cannot
+    start (warned once: a cache without its remote tier still works)."""
+    if settings.remote is None or settings.disabled:
+        return None
+    try:
+        return open_tier(settings, count)
+    except RemoteConfigError as problem:
+        warn_once(("remote config", settings.remote), f"numba_cache: {problem}")
+        return None
+
+
 class RemoteTier:
     """Entries of the local store's fingerprints on a shared server (see the module docstring).
 
