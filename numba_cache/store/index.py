@@ -19,7 +19,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -235,16 +235,8 @@ class Index:
                 return default
             if not write:
                 return work(connection)
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(connection)
-                connection.execute("COMMIT")
-            except BaseException:
-                if connection.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        connection.execute("ROLLBACK")
-                raise
-            return result
+            with _write_transaction(connection):
+                return work(connection)
         except sqlite3.Error as error:
             self._handle(error, write)
         except OSError as error:  # creating the directory, or scanning it to fill the index
@@ -315,32 +307,18 @@ class Index:
             _row(entry, entry.size, last_used=entry.last_used, hits=0)
             for entry in self._scan()
         ]
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            if _schema_version(connection) == 0:  # nobody initialized it meanwhile
-                for statement in _SCHEMA:
-                    connection.execute(statement)
-                connection.executemany(f"INSERT OR IGNORE INTO entries{_VALUES}", found)
-                for statement in _TOTALS:
-                    connection.execute(statement)
-                connection.execute(f"PRAGMA user_version = {versions.INDEX_SCHEMA}")
-            connection.execute("COMMIT")
-        except BaseException:
-            _roll_back(connection)
-            raise
+
+        def create(connection: sqlite3.Connection) -> None:
+            for statement in _SCHEMA:
+                connection.execute(statement)
+            connection.executemany(f"INSERT OR IGNORE INTO entries{_VALUES}", found)
+            _add_totals(connection)
+
+        _change_schema(connection, 0, create)
 
     def _upgrade(self, connection: sqlite3.Connection) -> None:
         """Add the totals to an index of schema 1, keeping its rows and counters."""
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            if _schema_version(connection) == _UPGRADABLE:  # nobody upgraded it meanwhile
-                for statement in _TOTALS:
-                    connection.execute(statement)
-                connection.execute(f"PRAGMA user_version = {versions.INDEX_SCHEMA}")
-            connection.execute("COMMIT")
-        except BaseException:
-            _roll_back(connection)
-            raise
+        _change_schema(connection, _UPGRADABLE, _add_totals)
 
     def _handle(self, error: sqlite3.Error, write: bool) -> None:
         primary_code = getattr(error, "sqlite_errorcode", 0) & 0xFF
@@ -387,10 +365,33 @@ def _connect(database: str, *, uri: bool) -> sqlite3.Connection:
     return sqlite3.connect(database, timeout=BUSY_TIMEOUT, isolation_level=None, uri=uri)
 
 
-def _roll_back(connection: sqlite3.Connection) -> None:
-    if connection.in_transaction:
-        with contextlib.suppress(sqlite3.Error):
-            connection.execute("ROLLBACK")
+def _change_schema(connection: sqlite3.Connection, expected: int,
+                   change: Callable[[sqlite3.Connection], None]) -> None:
+    """`change` the schema from version `expected` to the current one, in one write
+    transaction; nothing if another process changed it meanwhile."""
+    with _write_transaction(connection):
+        if _schema_version(connection) == expected:
+            change(connection)
+            connection.execute(f"PRAGMA user_version = {versions.INDEX_SCHEMA}")
+
+
+@contextlib.contextmanager
+def _write_transaction(connection: sqlite3.Connection) -> Iterator[None]:
+    """The block in one write transaction: committed if it ends, rolled back if it raises."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        connection.execute("COMMIT")
+    except BaseException:
+        if connection.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                connection.execute("ROLLBACK")
+        raise
+
+
+def _add_totals(connection: sqlite3.Connection) -> None:
+    for statement in _TOTALS:
+        connection.execute(statement)
 
 
 def _schema_version(connection: sqlite3.Connection) -> int:
