@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from numba_cache import settings
+from numba_cache import store as store_package
 from numba_cache.store import CorruptEntry, Entry, Store, StoreWarning, record
 from numba_cache.store.verify import Problem
 
@@ -195,7 +196,8 @@ def test_disabled_store_neither_serves_nor_writes(tmp_path):
     del writer
     gc.collect()
     before = snapshot(tmp_path / "cache")
-    disabled = open_store(tmp_path / "cache", disabled=True)
+    disabled = store_package.open_store(
+        settings.override(settings.current(), root=tmp_path / "cache", disabled=True))
     assert disabled.load(FINGERPRINT, digest("a")) is None
     assert disabled.save(make_entry("b"), source_of("b")) is False
     disabled.count(FINGERPRINT, "miss")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from numba_cache import _compat
 from numba_cache import settings as settings_module
 from numba_cache.keys import Fingerprint, current_fingerprint
-from numba_cache.store import Store, StoreWarning
+from numba_cache.store import NullStore, Store, StoreWarning, open_store
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class CacheContext:
     """
 
     settings: settings_module.Settings
-    store: Store
+    store: Store | NullStore
     fingerprint: Fingerprint
     enabled: bool
     op_kernels: dict = field(default_factory=dict, compare=False, repr=False)
@@ -44,11 +44,11 @@ def _context(settings, fingerprint_digest, fingerprint) -> CacheContext:
 
 
 @functools.lru_cache(maxsize=8)
-def _store(settings) -> Store:
-    return Store(settings)
+def _store(settings) -> Store | NullStore:
+    return open_store(settings)
 
 
-def _self_test_passed(store: Store, fingerprint: Fingerprint) -> bool:
+def _self_test_passed(store: Store | NullStore, fingerprint: Fingerprint) -> bool:
     """Check every upstream seam (:mod:`numba_cache._compat`), a tiny kernel's round trip
     among them, once per fingerprint and store root.
 

@@ -1,14 +1,17 @@
 """The on-disk store of compiled kernels.
 
-:class:`Store` is the API; entries are :class:`Entry` objects, saved as records
+:class:`Store` is the API (:func:`open_store` gives a :class:`NullStore` when the
+cache is disabled); entries are :class:`Entry` objects, saved as records
 (:mod:`.record`) by a backend (:mod:`.backend`, :mod:`.local`) and indexed in
 SQLite (:mod:`.index`) for listings, LRU eviction and counters.
 """
 
 from .entry import KINDS, Entry
 from .notices import StoreWarning
+from .null import NullStore, open_store
 from .record import CorruptEntry
 from .store import Store
 from .verify import Problem
 
-__all__ = ["KINDS", "CorruptEntry", "Entry", "Problem", "Store", "StoreWarning"]
+__all__ = ["KINDS", "CorruptEntry", "Entry", "NullStore", "Problem", "Store", "StoreWarning",
+           "open_store"]

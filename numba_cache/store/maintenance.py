@@ -64,8 +64,8 @@ class Maintenance:
         read-only). Runs under the entry's lock, like a compile of the key.
         """
         entry = record.decode(data, fingerprint, key)
-        if self.settings.disabled or not self._may_write():
-            raise OSError(errno.EROFS, f"the cache {self.root} is read-only or disabled")
+        if not self._may_write():
+            raise OSError(errno.EROFS, f"the cache {self.root} is read-only")
         with self.lock(fingerprint, key):
             try:
                 if self.read(fingerprint, key) is not None:
@@ -150,7 +150,7 @@ class Maintenance:
         if dry_run:
             planned = evict(self.entries(), max_bytes, last_used_before, lambda entry: True)
             return [(entry.fingerprint, entry.key) for entry in planned]
-        if self.settings.disabled or not self._may_write():
+        if not self._may_write():
             return []
         if timeout is None:
             timeout = self.settings.lock_timeout

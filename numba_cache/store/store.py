@@ -26,7 +26,8 @@ INDEX_NAME = "index.sqlite3"
 
 
 class Store(Maintenance):
-    """Compiled kernels on disk, under ``settings.root``.
+    """Compiled kernels on disk, under ``settings.root`` (``settings.disabled`` is not its
+    business: :func:`.null.open_store` gives a store of nothing then).
 
     Nothing is created until the first write. Loads and saves never raise for I/O
     trouble: a corrupt or unreadable entry is a miss, a failed write returns False,
@@ -48,7 +49,7 @@ class Store(Maintenance):
         self._index = Index(self.root / INDEX_NAME, readonly=self.readonly, scan=self._scan,
                             on_disk_failure=disk_refused)
         warn_if_writable_by_others(self.root)
-        writable = lambda: not (self.settings.disabled or self.readonly)
+        writable = lambda: not self.readonly
         self._side_files = SideFiles(self._backend, self.root, writable)
         self._locks = EntryLocks(self.root, lock_timeout=settings.lock_timeout, enabled=writable,
                                  on_disk_failure=disk_refused)
@@ -64,8 +65,6 @@ class Store(Maintenance):
         marker is returned like any entry, with ``cacheable`` False.
         """
         check_address(fingerprint, key)
-        if self.settings.disabled:
-            return None
         try:
             data = self._backend.get(fingerprint, key)
             if data is None:
@@ -106,7 +105,7 @@ class Store(Maintenance):
     def save(self, entry: Entry, source: str | None = None) -> bool:
         """Store `entry`, and `source` as a readable ``.py`` copy; True if it was stored.
 
-        Does nothing and returns False when the store is disabled or read-only, or
+        Does nothing and returns False when the store is read-only, or
         when writing fails (full disk, I/O error, permissions), which is warned once
         per process and counted as "write_error". Removes the temp files of writers
         that died first, and evicts least recently used entries after, if the store
@@ -114,7 +113,7 @@ class Store(Maintenance):
         so that an eviction never takes a record from under its index row. Raises
         ValueError only for an invalid `entry` (see :func:`record.encode`).
         """
-        if self.settings.disabled or not self._may_write():
+        if not self._may_write():
             return False
         data = record.encode(entry)
         with self.lock(entry.fingerprint, entry.key):
@@ -161,7 +160,7 @@ class Store(Maintenance):
     def count(self, fingerprint: str, name: str, n: int = 1) -> None:
         """Add `n` to the counter `name` of `fingerprint` ("miss", "uncacheable:<reason>"...)."""
         check_name("fingerprint", fingerprint)
-        if not self.settings.disabled and self._may_write():
+        if self._may_write():
             self._index.count(fingerprint, name, n)
 
     def remove(self, fingerprint: str, key: str) -> None:

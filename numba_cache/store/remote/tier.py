@@ -122,7 +122,7 @@ def open_tier(settings: Settings, count: Callable[[str, str, int], None]) -> Rem
 def open_tier_for_store(settings: Settings, count: Callable[[str, str, int], None]) -> RemoteTier | None:
     """The store's remote tier: None if `settings` name no server, or if the tier cannot
     start (warned once: a cache without its remote tier still works)."""
-    if settings.remote is None or settings.disabled:
+    if settings.remote is None:
         return None
     try:
         return open_tier(settings, count)

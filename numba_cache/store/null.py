@@ -1,0 +1,67 @@
+"""The store of a process whose cache is disabled: it holds nothing and writes nothing.
+
+:func:`open_store` gives one when ``settings.disabled`` is set, so that the real
+:class:`~.store.Store` need not ask, in every method, whether it is switched off.
+It has what a compile asks of a store; maintenance (the command line) always
+opens the real store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from ..settings import Settings
+from .entry import Entry
+from .local import LocalBackend
+from .store import Store
+
+
+class NullStore:
+    """A store that serves no entry and keeps nothing: every lookup misses, every save is refused."""
+
+    readonly = True
+    remote = None
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.root = Path(settings.root)
+
+    def load(self, fingerprint: str, key: str) -> Entry | None:
+        return None
+
+    def save(self, entry: Entry, source: str | None = None) -> bool:
+        return False
+
+    def lock(self, fingerprint: str, key: str) -> contextlib.AbstractContextManager[bool]:
+        return contextlib.nullcontext(False)
+
+    def count(self, fingerprint: str, name: str, n: int = 1) -> None:
+        pass
+
+    def remove(self, fingerprint: str, key: str) -> None:
+        pass
+
+    def report_write_error(self, fingerprint: str, error: OSError) -> None:
+        pass
+
+    def source_path(self, fingerprint: str, key: str) -> Path:
+        """The name compiled source is labelled with: where the real store would keep it."""
+        return LocalBackend(self.root).source_path(fingerprint, key)
+
+    def fingerprint_components(self, fingerprint: str) -> dict | None:
+        return None
+
+    def record_fingerprint(self, fingerprint: str, components: dict) -> None:
+        pass
+
+    def completed_registry(self, fingerprint: str, partial: str) -> str | None:
+        return None
+
+    def record_completed_registry(self, fingerprint: str, partial: str, complete: str) -> None:
+        pass
+
+
+def open_store(settings: Settings) -> Store | NullStore:
+    """The store of `settings`: a :class:`NullStore` when the cache is disabled."""
+    return NullStore(settings) if settings.disabled else Store(settings)
