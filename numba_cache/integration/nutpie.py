@@ -100,7 +100,9 @@ def _extraction(extract):
     else:
         return None
     entry = values["inner"]
-    return (entry, shared) if is_entry_point(entry) else None
+    if not is_entry_point(entry) or entry.kernel._cache.verdict is not None:
+        return None  # a kernel known not to be stored: its wrapper could never be loaded
+    return entry, shared
 
 
 def _shared_variables(values: dict) -> dict | None:
