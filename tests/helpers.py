@@ -1,12 +1,16 @@
-"""Running code in fresh Python processes, the only place cache hits mean something."""
+"""Running code in fresh Python processes, the only place cache hits mean something; and
+the command line in this process, where a test needs no fresh interpreter."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 TESTS = Path(__file__).parent
@@ -25,6 +29,32 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path = TESTS, stdin=None,
     return subprocess.run([sys.executable, "-m", "numba_cache", *args], env=child_environment(env),
                           cwd=cwd, stdin=stdin, capture_output=True, text=True, timeout=timeout,
                           check=False)
+
+
+def cli_here(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``numba-cache ARGS`` through ``numba_cache.cli.main`` in this process, for tests that
+    need no fresh interpreter; as :func:`run_cli` returns it, environment `env` added."""
+    from numba_cache import cli
+    from numba_cache.store import notices
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    given, saved = set(notices._given), dict(os.environ)
+    notices._given.clear()  # once-per-process warnings: this is a process of its own
+    os.environ.update(env or {})
+    try:
+        with (contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr),
+              warnings.catch_warnings()):  # restores the warning printer the CLI installs
+            try:
+                status = cli.main(list(args))
+            except SystemExit as exit_:
+                status = exit_.code if isinstance(exit_.code, int) else 2
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        notices._given.clear()
+        notices._given.update(given)
+    return subprocess.CompletedProcess(["numba-cache", *args], status, stdout.getvalue(),
+                                       stderr.getvalue())
 
 
 def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:

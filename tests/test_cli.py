@@ -379,25 +379,6 @@ def test_nbcache_log_debug_logs_each_lookup_with_its_decision(store, compiled):
 # errors
 
 
-@pytest.mark.parametrize(
-    ("arguments", "environment", "fragment"),
-    [
-        (["show", "abc123"], {}, "no entry with a key starting with abc123"),
-        (["prune", "--max-size", "lots"], {}, "cannot read 'lots' as a size"),
-        (["prune", "--older-than", "soon"], {}, "cannot read 'soon' as an age"),
-        (["prune"], {}, "needs --max-size, --older-than or both"),
-        (["list", "--sort", "colour"], {}, "invalid choice"),
-        (["stats"], {"NBCACHE_MAX_SIZE": "lots"}, "NBCACHE_MAX_SIZE"),
-        (["clear", "--yes"], {"NBCACHE_READONLY": "1"}, "NBCACHE_READONLY is set"),
-        (["explain", "missing.py"], {}, "no such file"),
-        (["list"], {"NBCACHE_DIR": "/nonexistent/numba_cache"}, "no store at /nonexistent"),
-    ],
-)
-def test_bad_input_is_one_clear_line_and_no_traceback(private_store, arguments, environment, fragment):
-    private_store.mkdir()
-    one_line_error(numba_cache(*arguments, env=environment), fragment)
-
-
 def test_a_store_it_may_not_read_is_one_clear_line(tmp_path):
     # As root, permissions do not stop reads, so the command runs in a forked child
     # that drops to the unprivileged user nobody (the venv is not its to execute).
