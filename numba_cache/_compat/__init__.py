@@ -16,8 +16,12 @@ it needs must never guess. ``tests/test_compat.py`` runs every check, so the
 suite fails loudly on an upstream that moved, and shows that a moved seam turns
 the cache off.
 
-The global patches numba_cache installs live here too, each in its own module,
-installed only while needed: :mod:`.numba_unique_ids`, :mod:`.tensor_constant_data`.
+The rest of numba_cache reads upstream internals through the plain functions of
+:mod:`.numba_internals` and :mod:`.pytensor_internals`. The global patches it
+installs live here too, each in its own module, installed only while needed:
+:mod:`.numba_unique_ids`, :mod:`.tensor_constant_data`. (Patches bound to the
+logic around them, numba's object-mode compile and ``CFunc.__init__``, stay with
+that logic in :mod:`numba_cache.kernels`; their seams are checked here.)
 """
 
 from __future__ import annotations

@@ -92,11 +92,12 @@ def dispatcher_cache() -> None:
 
 @seam("ObjModeLiftedWith._memo/_uuid", "numba", WRITTEN_FOR, "kernels/blocks.py")
 def objmode_blocks() -> None:
-    import weakref
+    import numba
 
-    from numba.core.dispatcher import ObjModeLiftedWith, _MemoMixin
+    from numba_cache._compat import numba_internals
 
-    require(isinstance(getattr(ObjModeLiftedWith, "_memo", None), weakref.WeakValueDictionary),
-            "ObjModeLiftedWith._memo is gone")
-    require(isinstance(inspect.getattr_static(_MemoMixin, "_uuid", None), property),
-            "dispatchers no longer have a _uuid")
+    probe = numba.njit(lambda x: x)
+    uuid = numba_internals.dispatcher_uuid(probe)
+    require(isinstance(uuid, str) and uuid, "dispatchers no longer have a _uuid")
+    require(numba_internals.block_dispatcher(uuid) is probe,
+            "dispatchers are no longer found by uuid in _memo")

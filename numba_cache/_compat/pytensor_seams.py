@@ -66,6 +66,8 @@ def mode_optimizer() -> None:
     from pytensor.compile.mode import Mode
     from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 
-    mode = Mode(linker="py", optimizer=RewriteDatabaseQuery(include=["fast_run"]))
-    require(isinstance(getattr(mode, "_optimizer", None), RewriteDatabaseQuery),
+    from numba_cache._compat.pytensor_internals import mode_query
+
+    kept = mode_query(Mode(linker="py", optimizer=RewriteDatabaseQuery(include=["fast_run"])))
+    require(isinstance(kept, RewriteDatabaseQuery) and "fast_run" in kept.include,
             "Mode no longer keeps its query in _optimizer")

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from numba_cache._compat import numba_internals
 from numba_cache._compat.nutpie_seams import (
     EXTRACT,
     EXTRACT_ARRAY,
@@ -70,7 +71,7 @@ def recognize(pyfunc):
         "nutpie": source,
         "function": pyfunc.__qualname__,
         **{name: str(int(value)) for name, value in numbers.items()},
-        "kernel": entry.kernel._cache.key.digest,
+        "kernel": numba_internals.dispatcher_cache(entry.kernel).key.digest,
         "hidden": list(entry.hidden_symbols()),
         **shared,
     }
@@ -100,7 +101,7 @@ def _extraction(extract):
     else:
         return None
     entry = values["inner"]
-    if not is_entry_point(entry) or entry.kernel._cache.verdict is not None:
+    if not is_entry_point(entry) or numba_internals.dispatcher_cache(entry.kernel).verdict is not None:
         return None  # a kernel known not to be stored: its wrapper could never be loaded
     return entry, shared
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from numba.core.dispatcher import ObjModeLiftedWith
 
+from numba_cache._compat import numba_internals
 from numba_cache.keys.kernels import object_mode_key
 
 #: Blocks compiled through the store: those of functions defined in these packages.
@@ -35,7 +36,7 @@ def note_blocks(text: str) -> list[str]:
 
 
 def held_by_a_stored_kernel(dispatcher) -> bool:
-    return dispatcher._uuid in _blocks_of_stored_kernels
+    return numba_internals.dispatcher_uuid(dispatcher) in _blocks_of_stored_kernels
 
 
 def compiled_here_unstored(blocks: list[str]) -> Iterator[tuple]:
@@ -47,7 +48,7 @@ def compiled_here_unstored(blocks: list[str]) -> Iterator[tuple]:
     runs here (``numba-cache warm`` compiles kernels without running them).
     """
     for block in blocks:
-        dispatcher = ObjModeLiftedWith._memo.get(block)
+        dispatcher = numba_internals.block_dispatcher(block)
         if dispatcher is None or not is_cached_block(dispatcher):
             continue
         for signature, compiled in list(dispatcher.overloads.items()):
@@ -58,7 +59,7 @@ def compiled_here_unstored(blocks: list[str]) -> Iterator[tuple]:
 
 def block_key(context, dispatcher, signature):
     function = dispatcher.func_ir.func_id
-    return object_mode_key(dispatcher._uuid, f"{function.modname}.{function.func_qualname}",
+    return object_mode_key(numba_internals.dispatcher_uuid(dispatcher), f"{function.modname}.{function.func_qualname}",
                            str(signature), context.fingerprint)
 
 

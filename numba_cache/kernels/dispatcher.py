@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from numba.core.registry import CPUDispatcher
 
+from numba_cache._compat import numba_internals
 from numba_cache.kernels.self_contained import SelfContainedCompiler
 
 
@@ -41,5 +42,5 @@ def cached_dispatcher(py_func, cache, *, called_from_python: bool, fastmath: boo
         py_func=py_func, locals={}, targetoptions=targetoptions,
         pipeline_class=SelfContainedCompiler,
     )
-    dispatcher._cache = cache
+    numba_internals.set_dispatcher_cache(dispatcher, cache)
     return dispatcher

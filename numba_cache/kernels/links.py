@@ -27,6 +27,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from numba_cache._compat import numba_internals
 from numba_cache.kernels import hidden_symbols
 from numba_cache.kernels.uncacheable import Uncacheable
 
@@ -55,7 +56,7 @@ def required(library, entry_points: Sequence) -> Links | Uncacheable:
 
     kernels_by_symbol = {}
     for index, entry in enumerate(entry_points):
-        verdict = entry.kernel._cache.verdict
+        verdict = numba_internals.dispatcher_cache(entry.kernel).verdict
         if verdict is not None:
             return Uncacheable("calls-uncacheable-kernel",
                                f"calls a graph kernel that is not stored ({verdict.reason})")
@@ -63,7 +64,7 @@ def required(library, entry_points: Sequence) -> Links | Uncacheable:
             symbol = entry.kernel.overloads[signature].fndesc.mangled_name
             kernels_by_symbol[symbol] = [index, serialize.dumps(signature).hex(), symbol]
     kernels, hidden, process = [], [], []
-    module = library._final_module
+    module = numba_internals.final_module(library)
     llvm_ir = str(module)
     for value in [*module.functions, *module.global_variables]:
         name = value.name

@@ -32,6 +32,8 @@ import llvmlite.binding as llvm
 from numba.core.codegen import JITCodeLibrary
 from numba.core.compiler import Compiler
 
+from numba_cache._compat import numba_internals
+
 _REPLACEABLE = (llvm.Linkage.linkonce_odr, llvm.Linkage.linkonce_any,
                 llvm.Linkage.weak_odr, llvm.Linkage.weak_any)
 
@@ -52,7 +54,7 @@ class SelfContainedCompiler(Compiler):
     def compile_extra(self, func):
         if self.state.library is None:
             codegen = self.state.targetctx.codegen()
-            if codegen._library_class is JITCodeLibrary:
+            if numba_internals.creates_jit_libraries(codegen):
                 library = SelfContainedLibrary(codegen, func.__qualname__)
                 # As numba's NativeLowering does for the libraries it creates.
                 library.enable_object_caching()
@@ -64,5 +66,5 @@ def is_self_contained(library) -> bool:
     """True if no function `library` defines can be replaced by another module's definition."""
     return not any(
         not function.is_declaration and function.linkage in _REPLACEABLE
-        for function in library._final_module.functions
+        for function in numba_internals.final_module(library).functions
     )

@@ -37,6 +37,7 @@ from numba.core.compiler import CompileResult
 from numba.core.environment import Environment, _rebuild_env
 from numba.core.runtime import rtsys
 
+from numba_cache._compat import numba_internals
 from numba_cache.codegen import generated
 
 
@@ -55,13 +56,13 @@ def dump_compile_result(cres, keep_environment: bool = False) -> bytes:
     """
     pickler = serialize.NumbaPickler if keep_environment else _KernelPickler
     with io.BytesIO() as buffer:
-        pickler(buffer, protocol=4).dump(cres._reduce())
+        pickler(buffer, protocol=4).dump(numba_internals.reduce_compile_result(cres))
         return buffer.getvalue()
 
 
 def load_compile_result(payload: bytes, target_context) -> CompileResult:
     rtsys.initialize(target_context)
-    return CompileResult._rebuild(target_context, *serialize.loads(payload))
+    return numba_internals.rebuild_compile_result(target_context, serialize.loads(payload))
 
 
 def self_test() -> None:

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Callable
 
 from numba_cache import versions
+from numba_cache._compat.pytensor_internals import mode_query
 from numba_cache.keys.canonical import canonical, digest, qualified_name
 from numba_cache.keys.graph import describe_graph
 from numba_cache.keys.key import Key
@@ -58,7 +59,7 @@ def describe_query(query, database=None) -> list:
     wrapped_mode = getattr(query, "_mode", None)
     if (type(query).__name__ == "_ActiveModeGraphRewriter"
             and getattr(wrapped_mode, "optdb", None) is database):
-        return ["active mode", describe_query(wrapped_mode._optimizer, database)]
+        return ["active mode", describe_query(mode_query(wrapped_mode), database)]
     if not isinstance(query, RewriteDatabaseQuery):
         return canonical(query)
     return [
@@ -149,7 +150,7 @@ def rewrite_key(fgraph, inputs, outputs, mode, fingerprint, rewrites_digest: str
             "data": data,
             "inputs": [[bool(spec.mutable), bool(spec.borrow)] for spec in inputs],
             "outputs": [bool(spec.borrow) for spec in outputs],
-            "query": describe_query(mode._optimizer, mode.optdb),
+            "query": describe_query(mode_query(mode), mode.optdb),
             "rewrites": rewrites_digest,
             "flags": {flag: str(getattr(config, flag)) for flag in REWRITE_FLAGS},
         },

@@ -1,0 +1,53 @@
+"""numba's private API, as plain functions: the rest of numba_cache reaches numba's
+internals only through these (and the patches beside them in this package).
+
+Each is checked by a seam of :mod:`.numba_seams`.
+"""
+
+from __future__ import annotations
+
+
+def reduce_compile_result(cres) -> tuple:
+    """What numba's own cache pickles of a compile result (``CompileResult._reduce``)."""
+    return cres._reduce()
+
+
+def rebuild_compile_result(target_context, reduced: tuple):
+    """A compile result from :func:`reduce_compile_result`'s data (``CompileResult._rebuild``)."""
+    from numba.core.compiler import CompileResult
+
+    return CompileResult._rebuild(target_context, *reduced)
+
+
+def dispatcher_cache(dispatcher):
+    """The cache object a dispatcher consults before and after compiling (``Dispatcher._cache``)."""
+    return dispatcher._cache
+
+
+def set_dispatcher_cache(dispatcher, cache) -> None:
+    dispatcher._cache = cache
+
+
+def final_module(library):
+    """The LLVM module a code library finalizes (``CodeLibrary._final_module``)."""
+    return library._final_module
+
+
+def creates_jit_libraries(codegen) -> bool:
+    """Whether `codegen` makes numba's plain JIT code libraries (``codegen._library_class``)."""
+    from numba.core.codegen import JITCodeLibrary
+
+    return codegen._library_class is JITCodeLibrary
+
+
+def block_dispatcher(uuid: str):
+    """The object-mode block dispatcher of this process with this uuid, or None
+    (``ObjModeLiftedWith._memo``)."""
+    from numba.core.dispatcher import ObjModeLiftedWith
+
+    return ObjModeLiftedWith._memo.get(uuid)
+
+
+def dispatcher_uuid(dispatcher) -> str:
+    """The uuid numba pickles a dispatcher by (``_MemoMixin._uuid``)."""
+    return dispatcher._uuid
