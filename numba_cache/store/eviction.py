@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .entry import Entry
 
@@ -12,18 +12,19 @@ EVICTION_TARGET = 0.9
 
 
 def evict(
-    listing: list[Entry],
+    listing: Iterable[Entry],
+    total: int,
     max_bytes: int | None,
     last_used_before: float | None,
     remove: Callable[[Entry], bool],
 ) -> list[Entry]:
-    """Offer `remove` the entries of `listing` (least recently used first) that must go.
+    """Offer `remove` the entries of `listing` (least recently used first, `total` bytes
+    in all) that must go, reading no further than it must.
 
     Those last used before `last_used_before` go, then more until the rest fit in
     `max_bytes`. An entry `remove` refuses (True means removed) still counts toward
     the size. Returns the removed entries.
     """
-    total = sum(entry.size for entry in listing)
     removed = []
     for entry in listing:
         unused = last_used_before is not None and entry.last_used < last_used_before

@@ -148,7 +148,7 @@ class Maintenance:
         `dry_run`, deletes nothing (and takes no lock): returns what would go.
         """
         if dry_run:
-            planned = evict(self.entries(), max_bytes, last_used_before, lambda entry: True)
+            planned = evict(*self._by_last_use(), max_bytes, last_used_before, lambda entry: True)
             return [(entry.fingerprint, entry.key) for entry in planned]
         if not self._may_write():
             return []
@@ -170,7 +170,7 @@ class Maintenance:
 
         try:
             self._backend.clean_temp()
-            evict(self.entries(), max_bytes, last_used_before, remove)
+            evict(*self._by_last_use(), max_bytes, last_used_before, remove)
         except OSError as error:
             warn_once(("evict", str(self.root)), f"numba_cache: eviction in {self.root}: {error}")
         finally:
@@ -178,6 +178,12 @@ class Maintenance:
             for fingerprint, n in Counter(fingerprint for fingerprint, _ in evicted).items():
                 self._index.count(fingerprint, "eviction", n)
         return evicted
+
+    def _by_last_use(self) -> tuple[list[Entry], int]:
+        """The entries, least recently used first, and their total size: the index keeps
+        the total; without a usable index, the files tell both."""
+        listing, total = self.entries(), self._index.total_size()
+        return listing, total if total is not None else sum(entry.size for entry in listing)
 
     def verify(self, repair: bool = False) -> list[Problem]:
         """Check every entry file, source copy, temp file and index row; see :func:`verify.verify`.
