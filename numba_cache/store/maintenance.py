@@ -3,7 +3,8 @@ eviction, verification, copying records in and out, and the side files.
 
 :class:`Maintenance` is a base of :class:`~.store.Store`, kept apart as ccache keeps
 cleanup and statistics apart from lookup; it works through the store's backend,
-index, locks and side files, named below.
+index, locks and side files (named below) and its ``lock``, ``read``, ``_may_write``,
+``_remove_unless_locked`` and ``_after_new``.
 """
 
 from __future__ import annotations
