@@ -925,3 +925,19 @@ def test_an_index_of_schema_1_is_upgraded_in_place_with_its_rows_and_counters(tm
     assert len(upgraded.entries()) == 3
     kept, summed = indexed_total(tmp_path)
     assert kept == summed == sum(entry.size for entry in upgraded.entries())
+
+
+def test_a_readonly_store_with_an_index_of_schema_1_plans_eviction_without_a_warning(tmp_path):
+    store = open_store(tmp_path)
+    for name in "ab":
+        save(store, name)
+    del store
+    gc.collect()
+    with contextlib.closing(sqlite3.connect(tmp_path / "index.sqlite3")) as connection:
+        connection.execute("DROP TABLE totals")
+        connection.execute("PRAGMA user_version = 1")
+        connection.commit()
+    readonly = open_store(tmp_path, readonly=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(readonly.evict_to(0, dry_run=True)) == 2

@@ -196,10 +196,14 @@ class Index:
         return self._run(work, None)
 
     def total_size(self) -> int | None:
-        """The bytes of all indexed entries; None when there is no usable index."""
-        return self._run(
-            lambda connection: connection.execute(_TOTAL_SIZE).fetchone()[0], None
-        )
+        """The bytes of all indexed entries; None when there is no usable index, or it is
+        a read-only index of schema 1, which keeps no total."""
+        def work(connection: sqlite3.Connection) -> int | None:
+            if _schema_version(connection) == _UPGRADABLE:
+                return None
+            return connection.execute(_TOTAL_SIZE).fetchone()[0]
+
+        return self._run(work, None)
 
     def counters(self, fingerprint: str | None = None) -> dict[str, dict[str, int]]:
         """Counter values by fingerprint, then name; empty when there is no usable index."""
