@@ -941,3 +941,33 @@ def test_a_readonly_store_with_an_index_of_schema_1_plans_eviction_without_a_war
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(readonly.evict_to(0, dry_run=True)) == 2
+
+
+def open_and_save_at_once(root: str, index: int, barrier, results) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store = open_store(root)
+        barrier.wait()
+        for n in range(3):
+            entry = make_entry(f"{index}-{n}")
+            store.save(entry, None)
+            store.load(FINGERPRINT, entry.key)
+    results.put([str(warning.message) for warning in caught])
+
+
+def test_processes_creating_a_new_store_at_once_all_use_its_index(tmp_path):
+    """SQLite refuses the switch to WAL at once (no busy wait) while another process creates
+    the index; every process must still get it, with no warning (20 new stores, 4 processes)."""
+    context = multiprocessing.get_context("fork")
+    for trial in range(20):
+        root = tmp_path / f"store-{trial}"
+        barrier, results = context.Barrier(4), context.Queue()
+        workers = [context.Process(target=open_and_save_at_once, args=(str(root), i, barrier, results))
+                   for i in range(4)]
+        for worker in workers:
+            worker.start()
+        messages = [message for _ in workers for message in results.get(timeout=60)]
+        for worker in workers:
+            worker.join(30)
+        assert messages == [], (trial, messages)
+        assert len(open_store(root).entries()) == 12

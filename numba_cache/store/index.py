@@ -275,7 +275,7 @@ class Index:
             connection = _connect(str(self.path), uri=False)
         try:
             if not self._readonly:
-                connection.execute("PRAGMA journal_mode = WAL")
+                _use_wal(connection)
                 # The index can be rebuilt from the files, so it need not survive a power cut.
                 connection.execute("PRAGMA synchronous = NORMAL")
             version = _schema_version(connection)
@@ -367,6 +367,21 @@ def _connect(database: str, *, uri: bool) -> sqlite3.Connection:
     # isolation_level=None: transactions are begun explicitly, as BEGIN IMMEDIATE, so
     # that a writer waits for the write lock up front instead of failing to upgrade.
     return sqlite3.connect(database, timeout=BUSY_TIMEOUT, isolation_level=None, uri=uri)
+
+
+def _use_wal(connection: sqlite3.Connection) -> None:
+    """Put the index in WAL mode. SQLite answers "database is locked" at once, without its
+    busy handler, while another process creates a new index: wait as the handler would."""
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            busy = getattr(error, "sqlite_errorcode", 0) & 0xFF == sqlite3.SQLITE_BUSY
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _change_schema(connection: sqlite3.Connection, expected: int,
