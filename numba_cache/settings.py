@@ -179,6 +179,11 @@ SETTINGS: tuple[Setting, ...] = (
             "recompile this fraction of hits and compare (the collision detector)", "1", "0: off"),
     Setting("verify_hits_limit", "NBCACHE_VERIFY_LIMIT", parse_count, 0,
             "at most this many of them per process", "100", "0: no limit"),
+    Setting("link_op_kernels", "NBCACHE_LINK_OPS", parse_bool, False,
+            "link op kernels into each graph kernel, as numba does, instead of calling "
+            "them by symbol: a new graph made of stored op kernels then compiles them all "
+            "again (see [Separate compilation](how-it-works.md#separate-compilation))",
+            "1", "off"),
     Setting("activate", "NBCACHE_ACTIVATE", parse_bool, False,
             "route every numba compile of PyTensor through the cache (obeyed as soon as "
             "PyTensor is imported; see [Use with PyMC](usage.md#use-with-pymc))",

@@ -18,7 +18,9 @@ KEY_FORMAT = 4
 #: run an inplace op before a reader of its input).
 #: 4: graph entries carry the warnings of their conversion (replayed on a hit), which
 #: version 3 entries lack.
-CODEGEN = 4
+#: 5: graph kernels call their op kernels by symbol (``kernels/symbol_calls.py``) and
+#: list them (``kernels/op_links.py``); version 4 graph kernels linked them in.
+CODEGEN = 5
 
 #: The stored form of a rewritten graph, or what rewriting produces; part of every rewrite key.
 #: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with

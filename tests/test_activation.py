@@ -13,7 +13,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from helpers import run_python
+from helpers import run_python, without_op_loads
 from pytensor.compile import mode as mode_module
 from pytensor.compile.maker import FunctionMaker
 from pytensor.compile.mode import Mode, get_default_mode, get_mode
@@ -118,7 +118,7 @@ def test_an_activated_default_mode_function_loads_from_the_store_in_a_fresh_proc
     env = {"NBCACHE_ACTIVATE": "1", "NBCACHE_DIR": str(tmp_path / "store")}
     cold, warm = run_python(code, env), run_python(code, env)
     assert cold["stats"].get("rewrite.miss") == 1 and cold["compiles"] > 0
-    assert warm["stats"] == {"rewrite.hit": 1, "graph.hit": 1} and warm["compiles"] == 0
+    assert without_op_loads(warm["stats"]) == {"rewrite.hit": 1, "graph.hit": 1} and warm["compiles"] == 0
     assert warm["values"] == cold["values"]
     off = run_python(code, {"NBCACHE_DIR": str(tmp_path / "other")})
     assert off["stats"] == {}, "without the setting, the default mode is PyTensor's"
@@ -217,7 +217,7 @@ def test_the_startup_hook_activates_processes_that_never_import_numba_cache(tmp_
 
     cold, warm = child("1"), child("1")
     assert cold["active"] and cold["stats"].get("graph.miss") == 1
-    assert warm["active"] and warm["stats"] == {"rewrite.hit": 1, "graph.hit": 1}
+    assert warm["active"] and without_op_loads(warm["stats"]) == {"rewrite.hit": 1, "graph.hit": 1}
     assert warm["value"] == cold["value"] == pytest.approx(3 * np.e)
     assert child("0")["active"] is False and child(None)["active"] is False
     # Until PyTensor is imported, the hook imports neither PyTensor nor numba.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import run_python
+from helpers import run_python, without_op_loads
 
 COMPILE_RADON = """
 import json, os, time
@@ -37,7 +37,7 @@ def test_second_process_loads_everything_and_compiles_nothing(tmp_path, private_
 
     assert cold["compiles"] > 0 and cold["stats"]["graph.miss"] == 1
     assert warm["compiles"] == 0
-    assert warm["stats"] == {"rewrite.hit": 1, "graph.hit": 1}
+    assert without_op_loads(warm["stats"]) == {"rewrite.hit": 1, "graph.hit": 1}
     assert warm["logp"] == cold["logp"] and warm["gradient"] == cold["gradient"]
     # Generated source never goes to the temp directory (PyTensor leaves one file per function).
     assert os.listdir(tmpdir) == []
@@ -117,4 +117,4 @@ def test_nodes_differing_only_in_static_lengths_share_one_op_kernel(private_stor
     assert result["stats"]["op.reused"] >= 2
     again = run_python(LENGTHS)
     assert again["value"] == result["value"]
-    assert again["stats"] == {"rewrite.hit": 1, "graph.hit": 1}
+    assert without_op_loads(again["stats"]) == {"rewrite.hit": 1, "graph.hit": 1}

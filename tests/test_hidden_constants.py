@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytensor.tensor as pt
-from helpers import run_python
+from helpers import run_python, without_op_loads
 from pytensor.graph.fg import FunctionGraph
 
 from numba_cache.keys import current_fingerprint
@@ -34,7 +34,7 @@ def test_same_model_with_new_data_is_a_kernel_hit_with_the_new_results(tmp_path)
     other = run_python(NEW_DATA, env | {"SEED": "1"})
     assert first["equal"] and other["equal"]
     # The new data answers rewriting's questions as the first did: rewriting and kernel reused.
-    assert other["stats"] == {"rewrite.hit": 1, "graph.hit": 1}
+    assert without_op_loads(other["stats"]) == {"rewrite.hit": 1, "graph.hit": 1}
     assert other["compiles"] == 0
 
 

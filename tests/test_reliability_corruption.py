@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import reliability as rel
-from helpers import run_cli
+from helpers import run_cli, without_op_loads
 from reliability import assert_correct, key_of, record_path, run, verify_problems
 
 from numba_cache.store import CorruptEntry, record
@@ -201,7 +201,7 @@ def test_a_damaged_source_copy_changes_no_result(store, compiled, damage):
             damage(path, compiled.record(store, DONOR, "graph").with_suffix(".py"))
     fresh = run(names)
     assert_correct(fresh)
-    assert fresh["stats"] == {"rewrite.hit": 2, "graph.hit": 2} and fresh["warnings"] == []
+    assert without_op_loads(fresh["stats"]) == {"rewrite.hit": 2, "graph.hit": 2} and fresh["warnings"] == []
     assert verify_problems() == []
 
 
@@ -214,7 +214,7 @@ def test_a_damaged_index_is_rebuilt_from_the_records(store, compiled, damage):
     damage(store / "index.sqlite3", store / "index.sqlite3")
     fresh = run(names)
     assert_correct(fresh)
-    assert fresh["stats"] == {"rewrite.hit": 3, "graph.hit": 3}
+    assert without_op_loads(fresh["stats"]) == {"rewrite.hit": 3, "graph.hit": 3}
     assert all("index" in message for message in fresh["warnings"]), fresh["warnings"]
     assert len(fresh["warnings"]) <= 1
     assert verify_problems() == []
@@ -240,7 +240,7 @@ def test_a_damaged_fingerprint_description_is_written_again(store, compiled, dam
     damage(path, path)
     fresh = run(["sumexp", "cumsum"])
     assert_correct(fresh)
-    assert fresh["stats"] == {"rewrite.hit": 2, "graph.hit": 2} and fresh["warnings"] == []
+    assert without_op_loads(fresh["stats"]) == {"rewrite.hit": 2, "graph.hit": 2} and fresh["warnings"] == []
     assert json.loads(path.read_text()) == original
     assert verify_problems() == []
 
@@ -266,4 +266,4 @@ def test_a_damaged_lock_file_neither_blocks_nor_fails_a_compile(store, compiled,
     assert len(fresh["warnings"]) <= 1
     assert all("lock" in message for message in fresh["warnings"])
     assert verify_problems() == []
-    assert run([name])["stats"] == {"rewrite.hit": 1, "graph.hit": 1}
+    assert without_op_loads(run([name])["stats"]) == {"rewrite.hit": 1, "graph.hit": 1}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import run_python
+from helpers import run_python, without_op_loads
 
 # Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
 pytestmark = pytest.mark.slow
@@ -111,4 +111,4 @@ def test_constant_too_large_to_freeze_is_passed_as_an_argument_and_stays_cacheab
     cold, warm = compile_twice(expression, setup)
     assert cold["value"] == warm["value"]
     assert all(e[2] for e in cold["entries"]), cold["entries"]
-    assert warm["compiled"] == [] and warm["stats"] == {"rewrite.hit": 1, "graph.hit": 1}
+    assert warm["compiled"] == [] and without_op_loads(warm["stats"]) == {"rewrite.hit": 1, "graph.hit": 1}

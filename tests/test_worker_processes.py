@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers import run_python
+from helpers import run_python, without_op_loads
 
 SEND_TO_SPAWNED_WORKER = """
 import json, multiprocessing
@@ -41,4 +41,4 @@ def test_cloudpickled_function_loads_from_the_store_in_a_spawned_worker(tmp_path
     assert result["value"] == result["expected"]
     assert result["compiles"] == 0
     # An unpickled function carries its rewritten graph: only the kernel is looked up.
-    assert result["stats"] == {"graph.hit": 1}
+    assert without_op_loads(result["stats"]) == {"graph.hit": 1}

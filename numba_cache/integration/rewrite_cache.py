@@ -36,7 +36,7 @@ from numba_cache.kernels.uncacheable import unkeyed
 from numba_cache.keys.canonical import digest
 from numba_cache.keys.constants import hidden_constants
 from numba_cache.keys.data_reads import DataReads, answers_for, derive, watch
-from numba_cache.keys.kernels import graph_kernel_key
+from numba_cache.keys.kernels import graph_kernel_key, op_calls_setting
 from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
@@ -245,7 +245,7 @@ class RewriteLookup:
         return self.context.store.load(self.context.fingerprint.digest, key.digest)
 
     def _discard(self, key, exc) -> bool:
-        report.remove_corrupt(self.context, key, f"rewritten graph {key.short}, it could not be "
+        report.remove_corrupt(self.context, key.digest, f"rewritten graph {key.short}, it could not be "
                               f"restored ({exc!r}); rewriting again", stacklevel=7)
         return False
 
@@ -277,7 +277,8 @@ class RewriteLookup:
         slotted = [(constant, origin) for constant, origin in zip(hidden, recipe) if origin]
         try:
             order = execution_order(self.fgraph)
-            graph_key = graph_kernel_key(self.fgraph, self.context.fingerprint, order)
+            graph_key = graph_kernel_key(self.fgraph, self.context.fingerprint, order,
+                                         op_calls_setting(self.context.settings))
             known = known_graph_kernel(self.fgraph, graph_key, order)
             blobs = {"graph": _pickle_outputs(self.fgraph, [c for c, _ in slotted]),
                      GRAPH_KEY_BLOB: graph_key_blob(graph_key.kind, graph_key.summary,

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from numba.core.caching import _Cache
 
 from numba_cache.kernels import blocks as object_mode_blocks
-from numba_cache.kernels import collisions, replay, report
+from numba_cache.kernels import collisions, op_links, replay, report
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.store import Entry
@@ -45,11 +45,15 @@ class KernelCache(_Cache):
     :class:`Uncacheable` verdict (e.g. a graph whose op kernel is uncacheable).
     `verdict` is a verdict known before compiling. `object_mode` marks the kernel
     of an object-mode block (see :mod:`.objmode`), stored with its environment.
+    `op_calls` is filled, while a graph kernel compiles, with the op kernels it calls
+    by symbol (:mod:`.op_links`); they are stored with it and loaded before it.
     """
 
     def __init__(self, context, key, source: str | None, prepare: Callable | None = None,
-                 verdict: Uncacheable | None = None, object_mode: bool = False):
+                 verdict: Uncacheable | None = None, object_mode: bool = False,
+                 op_calls: list | None = None):
         self._context = context
+        self._op_calls = op_calls
         self._object_mode = object_mode
         self._key = key
         self._source = source
@@ -60,6 +64,7 @@ class KernelCache(_Cache):
         #: lookup is then still a miss (a marker in the store would decide otherwise).
         self._verdict_from_prepare = False
         self._verdict_reported = False
+        self._unmet_reported = False
         self._prepared = False
         self._entry: Entry | None = None
         self._prefetched: Entry | None = None
@@ -109,6 +114,14 @@ class KernelCache(_Cache):
         return self._context.enabled and not unkeyable
 
     def load_overload(self, sig, target_context):
+        if self._key.kind == "op":
+            loaded = op_links.compiled(self._key.digest, sig)
+            if loaded is not None:  # loaded for a graph kernel that calls it by symbol
+                if self._verify_loaded_op(sig):
+                    return None
+                report.record_reuse("op")
+                self._store_if_missing(sig, loaded)
+                return loaded
         if not self._persistent:
             if self._verdict is not None and not self._verdict_from_prepare:
                 self._report_verdict()
@@ -129,6 +142,8 @@ class KernelCache(_Cache):
         if cres is not None:
             report.record(self._context, f"{self._key.kind}.hit")
             report.lookup(self._context, self._key, "hit")
+            if self._key.kind == "op":  # the code graph kernels call, even if verified below
+                op_links.note(self._key.digest, sig, cres, from_store=True)
             if self._context.settings.verify_hits and collisions.sampled(self._context.settings):
                 self._verifying[sig] = entry
                 self._run_prepare()
@@ -141,6 +156,28 @@ class KernelCache(_Cache):
             report.lookup(self._context, self._key, "miss")
         self._run_prepare()
         return None
+
+    def _store_if_missing(self, sig, compiled) -> None:
+        """Store an op kernel compiled in this process for another store (the settings
+        changed since): graph kernels stored here will call it."""
+        if (self._persistent and not op_links.loaded_from_store(self._key.digest, sig)
+                and not self._context.store.has(self._context.fingerprint.digest,
+                                                self._key.digest)):
+            self.save_overload(sig, compiled)
+
+    def _verify_loaded_op(self, sig) -> bool:
+        """Whether to verify the op kernel a graph kernel's links loaded from the store
+        (:mod:`.collisions`): numba then compiles it, and `save_overload` compares."""
+        if not (self._persistent and self._context.settings.verify_hits
+                and op_links.loaded_from_store(self._key.digest, sig)
+                and collisions.sampled(self._context.settings)):
+            return False
+        entry = self._context.store.load(self._context.fingerprint.digest, self._key.digest)
+        if entry is None or not entry.cacheable:
+            return False
+        self._entry = self._verifying[sig] = entry
+        self._run_prepare()
+        return True
 
     def _report_verdict(self) -> None:
         """Count and log this kernel's verdict, once, whenever it became known."""
@@ -157,17 +194,22 @@ class KernelCache(_Cache):
             self._verdict_is_stored = True
             self._verdict_from_prepare = False
             return None
-        payload = entry.blobs.get(overload_blob_name(sig))
-        if payload is None:
-            return None
-        try:
-            object_mode_blocks.note_blocks(entry.blobs.get(BLOCKS_BLOB, b"").decode())
-            return load_compile_result(payload, target_context)
-        except Exception as exc:  # any failure to rebuild means the entry is unusable
-            report.remove_corrupt(self._context, self._key, f"entry {self._key.short} "
-                                  f"({self._key.summary}), its kernel could not be loaded: {exc!r}; "
-                                  "recompiling", stacklevel=2)
-            return None
+        links = entry.blobs.get(op_links.blob_name(sig))
+        if links is not None:
+            unmet = op_links.meet(self._context, links, target_context, self._load_op)
+            if unmet is not None:
+                if not self._unmet_reported:  # numba may look twice (again under the lock)
+                    self._unmet_reported = True
+                    report.unmet_links(self._context, self._key, unmet)
+                return None
+        return rebuild(self._context, entry, sig, target_context)
+
+    def _load_op(self, entry: Entry, sig, target_context):
+        """An op kernel a graph kernel calls, from its entry; counted as that op's hit."""
+        compiled = rebuild(self._context, entry, sig, target_context) if entry.cacheable else None
+        if compiled is not None:
+            report.record(self._context, "op.hit")
+        return compiled
 
     def prefetch(self) -> Entry | None:
         """The stored entry, read ahead of numba's first lookup (which then uses it)."""
@@ -192,6 +234,8 @@ class KernelCache(_Cache):
             self._report_verdict()
 
     def save_overload(self, sig, cres):
+        if self._key.kind == "op":
+            op_links.note(self._key.digest, sig, cres)
         if not self._persistent or self._verdict_is_stored:
             return
         verdict, llvm_ir = self._verdict, None
@@ -201,6 +245,8 @@ class KernelCache(_Cache):
             if collisions.served_code_matches(self._context, self._key, served, sig, llvm_ir):
                 return
             self._entry = None  # removed: none of its overloads may be kept
+            if self._key.kind == "op":
+                op_links.note(self._key.digest, sig, cres, replace=True)
         if verdict is None:
             llvm_ir = llvm_ir or cres.library.get_llvm_str()
             verdict = inspect_compile_result(cres, llvm_ir, self._object_mode)
@@ -221,6 +267,8 @@ class KernelCache(_Cache):
         blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
         blobs[overload_blob_name(sig)] = payload
         blobs[collisions.ir_blob_name(sig)] = collisions.ir_digest(llvm_ir).encode()
+        if self._op_calls:
+            blobs[op_links.blob_name(sig)] = op_links.encode(self._op_calls)
         if self._object_mode:
             self._save(cacheable=True, verdict=None, blobs=blobs)
             return
@@ -251,3 +299,19 @@ class KernelCache(_Cache):
             blobs=blobs,
         )
         self._context.store.save(entry, source=self._source)
+
+
+def rebuild(context, entry: Entry, sig, target_context):
+    """The compile result of `entry` for `sig`, or None; an entry that cannot be loaded
+    is removed (reported and counted as corrupt)."""
+    payload = entry.blobs.get(overload_blob_name(sig))
+    if payload is None:
+        return None
+    try:
+        object_mode_blocks.note_blocks(entry.blobs.get(BLOCKS_BLOB, b"").decode())
+        return load_compile_result(payload, target_context)
+    except Exception as exc:  # any failure to rebuild means the entry is unusable
+        report.remove_corrupt(context, entry.key, f"entry {entry.key[:12]} ({entry.summary}), "
+                              f"its kernel could not be loaded: {exc!r}; recompiling",
+                              stacklevel=3)
+        return None

@@ -22,9 +22,7 @@ it from numba (numba does not cache a dispatcher created without ``cache=True``)
 and records the kernel signatures it called (``kernel_signatures``);
 ``hidden_symbols()`` names the buffers.
 
-numba internals used here, all public in numba's extension API except the
-calling convention (``context.call_conv``), which PyTensor's own numba backend
-relies on too: ``Dispatcher.overloads``, ``CompileResult.fndesc.mangled_name``.
+The call itself is :func:`.symbol_calls.emit_call`.
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from numba_cache.kernels import hidden_symbols
+from numba_cache.kernels import hidden_symbols, symbol_calls
 
 _entry_points: weakref.WeakSet = weakref.WeakSet()
 
@@ -93,15 +91,7 @@ def _kernel_call(dispatcher, hidden_values: tuple, symbols: Callable, signatures
             hidden = [_array_over(context, builder, array_type, value, symbol)
                       for array_type, value, symbol
                       in zip(hidden_types, hidden_values, symbols(), strict=True)]
-            function_type = context.call_conv.get_function_type(
-                return_type, result.signature.args)
-            function = cgutils.get_or_insert_function(
-                builder.module, function_type, result.fndesc.mangled_name)
-            status, value = context.call_conv.call_function(
-                builder, function, return_type, result.signature.args, [*inputs, *hidden])
-            with cgutils.if_unlikely(builder, status.is_error):
-                context.call_conv.return_status_propagate(builder, status)
-            return value
+            return symbol_calls.emit_call(context, builder, result, [*inputs, *hidden])
 
         return return_type(inputs_type), codegen
 

@@ -4,6 +4,12 @@ The graph's key and generated source are computed from the graph alone, without
 converting any op. Only when the store misses does ``prepare`` convert each node
 into an op kernel (second level) and bind it, with the graph's constants, into
 the generated function's globals, right before numba compiles.
+
+The graph kernel calls each stored op kernel by its symbol
+(:mod:`.symbol_calls`), so compiling it compiles only the code between the
+calls; its entry lists those op kernels (:mod:`.op_links`). Op kernels that
+are not stored (uncacheable, or a disabled cache) are linked in, as numba links
+them, and so is every op kernel under the ``link_op_kernels`` setting.
 """
 
 from __future__ import annotations
@@ -11,16 +17,17 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from numba_cache._compat import numba_internals
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import graph_kernel_name, graph_source
-from numba_cache.kernels import replay
+from numba_cache.kernels import op_links, replay, symbol_calls
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.conversion import op_kernel, source_label
 from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
-from numba_cache.keys.kernels import graph_kernel_key
+from numba_cache.keys.kernels import LINKED, graph_kernel_key, op_calls_setting
 from numba_cache.keys.order import execution_order
 
 
@@ -41,12 +48,13 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
     from pytensor import config
 
     verdict = None
-    if known is not None:
+    op_calls = op_calls_setting(context.settings)
+    if known is not None and known.key.components.get("op_calls") == op_calls:
         key, generated = known.key, known.generated
     else:
         order = execution_order(fgraph)
         try:
-            key = graph_kernel_key(fgraph, context.fingerprint, order)
+            key = graph_kernel_key(fgraph, context.fingerprint, order, op_calls)
         except Exception as exc:  # keying never fails a compile: the kernel is not persisted
             key, verdict = unkeyed("graph", graph_summary(fgraph), exc)
         generated = graph_source(fgraph, graph_kernel_name(key), hidden_constants(fgraph), order)
@@ -54,6 +62,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
     name = generated.function_name
     function = compile_function(generated.source, name, source_label(context, key, verdict))
     storage_map = {} if storage_map is None else storage_map
+    called_by_symbol: list = []
 
     def prepare() -> Uncacheable | None:
         from pytensor.link.numba.dispatch.basic import numba_typify
@@ -64,7 +73,9 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
         uncacheable_ops = []
         ofg_memo: dict = {}
         for global_name, node in generated.kernels.items():
-            namespace[global_name], op_verdict = op_kernel(node, context, storage_map, ofg_memo)
+            dispatcher, op_verdict = op_kernel(node, context, storage_map, ofg_memo)
+            namespace[global_name] = dispatcher if op_calls == LINKED else _called_by_symbol(
+                dispatcher, len(node.inputs), context, called_by_symbol)
             if op_verdict is not None:
                 uncacheable_ops.append(f"{node.op} ({op_verdict.reason})")
         if uncacheable_ops:
@@ -74,12 +85,35 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
             )
         return None
 
-    cache = KernelCache(context, key, generated.source, prepare=prepare, verdict=verdict)
+    cache = KernelCache(context, key, generated.source, prepare=prepare, verdict=verdict,
+                        op_calls=called_by_symbol)
     dispatcher = cached_dispatcher(
         function, cache, called_from_python=True, fastmath=config.numba__fastmath
     )
     _tell_what_conversion_tells(cache)
     return GraphKernel(dispatcher, [hidden_value(constant) for constant in generated.hidden])
+
+
+def _called_by_symbol(dispatcher, n_inputs: int, context, called: list):
+    """The op kernel `dispatcher` as the graph calls it: by symbol if it is stored.
+
+    The code called is the one serving this process for that op kernel
+    (:func:`.op_links.compiled`): the one loaded for a stored graph kernel, even
+    when the collision detector compiled it again to compare. Each op kernel
+    called by symbol is added to `called` as ``(key digest, signature, symbol)``,
+    what the graph's entry must list.
+    """
+    cache = numba_internals.dispatcher_cache(dispatcher)
+
+    def served(compiled) -> tuple:
+        if not context.enabled or cache.verdict is not None:
+            return compiled, False
+        signature = compiled.signature.args
+        compiled = op_links.compiled(cache.key.digest, signature) or compiled
+        called.append((cache.key.digest, signature, compiled.fndesc.mangled_name))
+        return compiled, True
+
+    return symbol_calls.caller(dispatcher, n_inputs, served)
 
 
 def _tell_what_conversion_tells(cache: KernelCache) -> None:

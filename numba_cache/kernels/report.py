@@ -55,12 +55,12 @@ def record(context, name: str) -> None:
     context.store.count(context.fingerprint.digest, name)
 
 
-def remove_corrupt(context, key, what: str, stacklevel: int) -> None:
-    """Warn that the entry of `key` is removed (`what`: which entry, why, and what now),
+def remove_corrupt(context, key_digest: str, what: str, stacklevel: int) -> None:
+    """Warn that the entry of `key_digest` is removed (`what`: which entry, why, and what now),
     count it as ``corrupt`` and remove it: a corrupt entry is a miss, once."""
     warnings.warn(f"numba_cache: removing {what}", StoreWarning, stacklevel=stacklevel + 1)
     record(context, "corrupt")
-    context.store.remove(context.fingerprint.digest, key.digest)
+    context.store.remove(context.fingerprint.digest, key_digest)
 
 
 def record_reuse(kind: str) -> None:
@@ -120,3 +120,9 @@ def uncacheable(context, key, verdict) -> None:
         return
     _warned.add((subject, verdict.reason))
     logger.info("numba_cache will not persist the kernel of %s: %s", key.summary, verdict.detail)
+
+
+def unmet_links(context, key, why: str) -> None:
+    """A stored graph kernel not loaded because an op kernel it calls is not (``links:unmet``)."""
+    record(context, "links:unmet")
+    logger.info("numba_cache compiles %s again: %s", key.summary, why)

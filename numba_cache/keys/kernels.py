@@ -29,12 +29,22 @@ from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order
 from numba_cache.store.references import BLOCK_COMPONENT
 
+#: How a graph kernel calls its op kernels (the ``op_calls`` component of its key):
+#: by symbol (:mod:`numba_cache.kernels.symbol_calls`), or linked in as numba links them.
+BY_SYMBOL, LINKED = "symbol", "linked"
 
-def graph_kernel_key(fgraph, fingerprint, order=None) -> Key:
+
+def op_calls_setting(settings) -> str:
+    """How graph kernels call their op kernels under `settings`: :data:`BY_SYMBOL` or :data:`LINKED`."""
+    return LINKED if settings.link_op_kernels else BY_SYMBOL
+
+
+def graph_kernel_key(fgraph, fingerprint, order=None, op_calls: str = BY_SYMBOL) -> Key:
     """The whole-graph kernel key; its node list follows `order`, the kernel's node order.
 
     `order` defaults to :func:`.order.execution_order`, the order the generated
-    source evaluates nodes in, so a key names one source.
+    source evaluates nodes in, so a key names one source. `op_calls` is
+    :data:`BY_SYMBOL` or :data:`LINKED`: the same source compiles to other code.
     """
     description = describe_graph(fgraph, hide_constants=True,
                                  order=execution_order(fgraph) if order is None else order)
@@ -44,6 +54,7 @@ def graph_kernel_key(fgraph, fingerprint, order=None) -> Key:
         {
             "fingerprint": fingerprint.digest,
             "codegen": versions.CODEGEN,
+            "op_calls": op_calls,
             "graph": description.digest,
             "inputs": description.inputs,
             "outputs": description.outputs,

@@ -74,6 +74,9 @@ class LocalBackend:
         except (FileNotFoundError, NotADirectoryError):  # no such file, nor could there be
             return None
 
+    def has(self, fingerprint: str, key: str) -> bool:
+        return self.record_path(fingerprint, key).is_file()
+
     def read_source(self, fingerprint: str, key: str) -> bytes | None:
         """The bytes of the entry's ``.py`` copy, or None if it has none."""
         try:

@@ -87,6 +87,11 @@ class Store(Maintenance):
             self._index.record_hit(entry, entry.size, time.time())
         return entry
 
+    def has(self, fingerprint: str, key: str) -> bool:
+        """Whether this store holds a record for the entry (not read, not counted as a use)."""
+        check_address(fingerprint, key)
+        return self._backend.has(fingerprint, key)
+
     def read(self, fingerprint: str, key: str) -> Entry | None:
         """The entry with its blobs as stored, or None if there is none; for inspection.
 

@@ -1,0 +1,97 @@
+"""The op kernels a graph kernel calls by symbol: recorded when it is stored, loaded before it is.
+
+A graph kernel calls each op kernel by its symbol (:mod:`.symbol_calls`), so
+its object code can be loaded only once every op kernel it calls is loaded in
+the process under the symbol it had when the graph was compiled (loading code
+with an undefined symbol ends the process). The graph's entry therefore lists,
+per numba signature, each op kernel's key, signature and symbol
+(:func:`encode`), and :func:`meet` loads them from the store before the graph,
+without converting a single op.
+
+This process's op kernels are kept by key and signature (:func:`note`,
+:func:`compiled`), whether compiled here or loaded, so that no kernel is loaded
+twice (a second copy would define its symbols twice) and a dispatcher made
+later for the same op reuses the code already loaded.
+
+A graph whose op kernels cannot all be met (an op entry evicted, damaged, or
+replaced by a compile under another symbol) is a miss: it is compiled again,
+against the op kernels as they are now, and its entry replaced.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+BLOB_PREFIX = "op-links:"
+
+_compiled: dict = {}  # (op key digest, numba signature) -> CompileResult
+_from_store: set = set()  # the keys of _compiled loaded by meet(), not compiled here
+_lock = threading.Lock()
+
+
+def blob_name(signature) -> str:
+    return f"{BLOB_PREFIX}{signature}"
+
+
+def note(key_digest: str, signature: tuple, compiled, from_store: bool = False,
+         replace: bool = False) -> None:
+    """Serve `compiled` as the op kernel of `key_digest` for `signature` in this process,
+    unless one already is (or `replace`: the one served was found to be another op's)."""
+    address = (key_digest, tuple(signature))
+    with _lock:
+        if replace or address not in _compiled:
+            _compiled[address] = compiled
+            if from_store:
+                _from_store.add(address)
+            else:
+                _from_store.discard(address)
+
+
+def loaded_from_store(key_digest: str, signature: tuple) -> bool:
+    """True if the op kernel :func:`compiled` gives was loaded from the store, not compiled here."""
+    with _lock:
+        return (key_digest, tuple(signature)) in _from_store
+
+
+def compiled(key_digest: str, signature: tuple):
+    """The op kernel of `key_digest` for `signature` loaded in this process, or None.
+
+    It comes without the compile's metadata, as a kernel loaded from a cache does:
+    numba records a compile's timings in it once, and refuses to do it twice.
+    """
+    with _lock:
+        kernel = _compiled.get((key_digest, tuple(signature)))
+    return None if kernel is None else kernel._replace(metadata=None)
+
+
+def encode(calls: list[tuple[str, tuple, str]]) -> bytes:
+    """The links blob of a graph kernel: ``(op key digest, signature, symbol)`` per op kernel."""
+    from numba.core import serialize
+
+    rows = sorted({(key, serialize.dumps(signature).hex(), symbol)
+                   for key, signature, symbol in calls})
+    return json.dumps(rows).encode()
+
+
+def meet(context, payload: bytes, target_context, load_op) -> str | None:
+    """Load the op kernels `payload` (:func:`encode`) lists; why they cannot be met, or None.
+
+    `load_op(entry, signature, target_context)` rebuilds a signature's kernel from an
+    op entry (the kernel cache's own loading, with its reports and repairs).
+    """
+    from numba.core import serialize
+
+    for key_digest, signature_hex, symbol in json.loads(payload):
+        signature = serialize.loads(bytes.fromhex(signature_hex))
+        kernel = compiled(key_digest, signature)
+        if kernel is None:
+            entry = context.store.load(context.fingerprint.digest, key_digest)
+            kernel = None if entry is None else load_op(entry, signature, target_context)
+            if kernel is None:
+                return f"op kernel {key_digest[:12]} is not in the store"
+            note(key_digest, signature, kernel, from_store=True)
+            kernel = compiled(key_digest, signature)
+        if kernel.fndesc.mangled_name != symbol:
+            return f"op kernel {key_digest[:12]} was compiled again under another symbol"
+    return None
