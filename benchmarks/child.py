@@ -60,6 +60,19 @@ def _per_call_microseconds(function, point) -> float:
     return min(timer.repeat(repeat=CALL_REPEATS, number=number)) / number * 1e6
 
 
+def _memory_bytes(field: str) -> int | None:
+    """A figure of this process's memory from ``/proc/self/status`` (``VmRSS``: resident
+    now; ``VmHWM``: the peak so far), or None where there is no such file."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def _key_milliseconds(model, function) -> dict:
     """Time numba_cache's two keys of `model`'s graph, as a warm compile computes them.
 
@@ -103,11 +116,13 @@ def main(spec: dict) -> dict:
         import numba_cache  # noqa: F401  (registers the mode)
 
     model = getattr(models, spec["function"])(**spec["kwargs"])
+    resident_before = _memory_bytes("VmRSS")
     with _compile_counter(spec["mode"]) as compiles:
         begin = time.perf_counter()
         function = pytensor.function(model.inputs, model.outputs, mode=spec["mode"])
         outputs = function(*model.point)
         compile_seconds = time.perf_counter() - begin
+    peak = _memory_bytes("VmHWM")
     print(FIRST_RESULT, flush=True)
 
     report = {
@@ -116,6 +131,8 @@ def main(spec: dict) -> dict:
         "nodes": len(function.maker.fgraph.apply_nodes),
         "outputs": [np.asarray(output).tolist() for output in outputs],
         "numba_cache_imported": "numba_cache" in sys.modules,
+        "peak_rss_bytes": peak,
+        "compile_rss_bytes": None if peak is None else peak - resident_before,
     }
     if spec.get("calls"):
         report["call_us"] = _per_call_microseconds(function, model.point)

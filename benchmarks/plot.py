@@ -18,13 +18,13 @@ _PANELS = (
     ("warm compile (fresh process)", "warm"),
     ("fresh process: start → first result", "process"),
 )
-_AFTER_BASE = (("variant", "variants"), ("new_data", "new data"))
+_AFTER_BASE = (("variant", "variants"), ("new_data", "new data"), ("new_model", "new model"))
 
 
 def _bars(axis, groups: list[tuple[str, str, str]], modes: list[str], samples: dict) -> None:
     """Draw one group of bars per (model, figure, label) in `groups`, one bar per mode."""
     width = 0.8 / len(modes)
-    limits = {target.figure: target.limit for target in TARGETS}
+    limits = {(target.model, target.figure): target.limit for target in TARGETS}
     for position, (model, figure, _) in enumerate(groups):
         for index, mode in enumerate(modes):
             value = ratio(samples, model, mode, figure)
@@ -35,10 +35,11 @@ def _bars(axis, groups: list[tuple[str, str, str]], modes: list[str], samples: d
                 continue
             axis.bar(x, value, width, color=f"C{index}")
             axis.text(x, value, f"{value:.2f}", rotation=90, ha="center", va="bottom", fontsize=7)
-        if model == TARGET_MODEL and figure in limits:
-            axis.hlines(limits[figure], position - 0.45, position + 0.45, colors="black",
+        limit = limits.get((model, figure))
+        if limit is not None:
+            axis.hlines(limit, position - 0.45, position + 0.45, colors="black",
                         linestyles="dashed", linewidth=1)
-            axis.text(position + 0.45, limits[figure], f"target {limits[figure]:g}×",
+            axis.text(position + 0.45, limit, f"target {limit:g}×",
                       ha="right", va="top", fontsize=7,
                       bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none", "pad": 1})
     axis.axhline(1.0, color="grey", linewidth=0.8)
@@ -62,7 +63,7 @@ def plot(results: dict, modes: list[str], models: list[str], path) -> None:
     last.set_title(f"{TARGET_MODEL}: compile after the base model is cached")
     handles = [Patch(color=f"C{index}", label=mode) for index, mode in enumerate(modes)]
     figure.legend(handles=handles, loc="outside lower center", ncols=len(modes))
-    figure.suptitle(f"Ratios of medians to built-in {BASELINE} (dashed: the issue's target on "
-                    f"{TARGET_MODEL}; lower is better)")
+    figure.suptitle(f"Ratios of medians to built-in {BASELINE} (dashed: the issues' targets; "
+                    "lower is better)")
     figure.savefig(path, dpi=110)
     plt.close(figure)

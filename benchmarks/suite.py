@@ -8,7 +8,9 @@ For each repeat, model and mode, in a new work directory (empty caches, see
    times calls and (``NUMBA_CACHE``) key computation; the disk is measured after it;
 3. new data (radon): the same model with other observed data, base cached;
 4. variants (radon): each slightly different graph in its own process, after
-   the base and the variants before it; the disk is measured after the last.
+   the base and the variants before it; the disk is measured after the last;
+5. new model: another graph made of the same ops (the model on a dataset of
+   other sizes, or another draw of the large model's terms), after all the above.
 
 Each process is timed by the parent from its start to its first result; the
 process reports its in-process figures itself (see :mod:`.child`).
@@ -41,15 +43,17 @@ class Model:
     function: str
     variants: dict = field(default_factory=dict)  # variant name -> keyword arguments
     new_data: dict | None = None  # keyword arguments giving the same graph other data
+    new_model: dict | None = None  # keyword arguments giving another graph of the same ops
 
 
 MODELS = {
     model.name: model
     for model in (
-        Model("radon", "radon_model", variants=RADON_VARIANTS, new_data={"seed": 1}),
-        Model("ar1", "ar1_model"),
-        Model("gp", "gp_model"),
-        Model("large", "large_model"),
+        Model("radon", "radon_model", variants=RADON_VARIANTS, new_data={"seed": 1},
+              new_model={"seed": 2, "groups": 50, "observations": 600}),
+        Model("ar1", "ar1_model", new_model={"seed": 1, "observations": 60}),
+        Model("gp", "gp_model", new_model={"seed": 1, "points": 20}),
+        Model("large", "large_model", new_model={"seed": 1}),
     )
 }
 
@@ -69,7 +73,7 @@ def smoke_plan() -> Plan:
     """Radon with one variant, ours and the built-in NUMBA mode, once: a check that it all runs."""
     radon = MODELS["radon"]
     first_variant = dict(list(radon.variants.items())[:1])
-    radon = Model(radon.name, radon.function, first_variant, radon.new_data)
+    radon = Model(radon.name, radon.function, first_variant, radon.new_data, radon.new_model)
     return Plan([radon], [MODES[OURS], MODES["NUMBA"]], 1)
 
 
@@ -131,6 +135,8 @@ class Sequence:
         cold = self._step("cold", {}, environment)
         self._add("cold", cold["compile_seconds"])
         self._add("compiles_cold", cold["numba_compiles"])
+        self._add("peak_rss_cold", cold["peak_rss_bytes"])
+        self._add("compile_rss_cold", cold["compile_rss_bytes"])
         self._add("nodes", cold["nodes"])
 
         warm = self._step("warm", {}, environment, calls=True, keys=self.mode.name == OURS)
@@ -158,6 +164,10 @@ class Sequence:
             self._add("compiles_variant", variant["numba_compiles"])
         if self.model.variants or self.model.new_data is not None:
             self._add_disk("disk", workdir)
+        if self.model.new_model is not None:
+            new_model = self._step("new model", self.model.new_model, environment)
+            self._add("new_model", new_model["compile_seconds"])
+            self._add("compiles_new_model", new_model["numba_compiles"])
 
     def _step(self, step: str, kwargs: dict, environment: dict, **measure) -> dict:
         spec = {"function": self.model.function, "kwargs": kwargs, "mode": self.mode.pytensor_mode}

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_python
+from helpers import run_python, without_op_loads
 
 from numba_cache.store.local import RECORD_SUFFIX
 
@@ -60,7 +60,7 @@ def test_blocks_are_stored_by_the_first_process_and_loaded_by_the_next(private_s
     warm = run_python(CHOLESKY)
     assert warm["value"] == cold["value"]
     assert warm["compiled"] == []
-    assert warm["stats"] == {"rewrite.hit": 1, "graph.hit": 1, "objmode.hit": 2}
+    assert without_op_loads(warm["stats"]) == {"rewrite.hit": 1, "graph.hit": 1, "objmode.hit": 2}
     assert warm["warnings"] == []
 
 
@@ -74,7 +74,7 @@ def test_a_damaged_block_is_recompiled_with_a_warning_and_stored_again(private_s
 
     damaged = run_python(CHOLESKY)
     assert damaged["value"] == cold["value"]
-    assert damaged["stats"] == {"rewrite.hit": 1, "graph.hit": 1, "objmode.hit": 1,
+    assert without_op_loads(damaged["stats"]) == {"rewrite.hit": 1, "graph.hit": 1, "objmode.hit": 1,
                                 "objmode.miss": 1}
     [warning] = damaged["warnings"]
     assert "unreadable cache entry" in warning and key[:12] in warning
@@ -103,7 +103,7 @@ def test_warm_stores_the_blocks_of_kernels_it_never_runs(private_store, tmp_path
 
     first_run = run_python(CHOLESKY)
     assert first_run["compiled"] == []
-    assert first_run["stats"] == {"rewrite.hit": 1, "graph.hit": 1, "objmode.hit": 2}
+    assert without_op_loads(first_run["stats"]) == {"rewrite.hit": 1, "graph.hit": 1, "objmode.hit": 2}
 
 
 USER_BLOCK = """

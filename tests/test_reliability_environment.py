@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import reliability as rel
-from helpers import run_cli
+from helpers import run_cli, without_op_loads
 from reliability import assert_correct, run, verify_problems
 
 # Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
@@ -178,7 +178,7 @@ def test_a_full_disk_compiles_without_saving_with_one_warning(tmp_path, by):
         assert_correct(again)
         assert again["warnings"] == [] and again["stats"]["graph.miss"] == 2
         assert verify_problems(env) == []
-        assert run(CACHED, env)["stats"] == {"rewrite.hit": 2, "graph.hit": 2}
+        assert without_op_loads(run(CACHED, env)["stats"]) == {"rewrite.hit": 2, "graph.hit": 2}
 
 
 FAULTS = [
@@ -263,5 +263,5 @@ def test_entries_of_other_fingerprints_are_never_loaded(compiled, private_store)
     for label, env in OTHER_ENVIRONMENTS.items():
         again = run(CACHED, env)
         assert_correct(again)
-        assert again["stats"] == {"rewrite.hit": 2, "graph.hit": 2}, label
+        assert without_op_loads(again["stats"]) == {"rewrite.hit": 2, "graph.hit": 2}, label
     assert verify_problems() == []

@@ -97,7 +97,7 @@ def test_blas_lapack_kernels_that_look_up_pointers_at_run_time_stay_cacheable():
     blocks = [e for e in cold["entries"] if e[0] == "objmode"]
     assert len(blocks) >= 3 and all("_pointer" in e[1] for e in blocks), cold["entries"]
     assert warm["stats"]["objmode.hit"] >= 3 and "objmode.miss" not in warm["stats"]
-    assert set(warm["stats"]) == {"rewrite.hit", "graph.hit", "objmode.hit"}
+    assert set(without_op_loads(warm["stats"])) == {"rewrite.hit", "graph.hit", "objmode.hit"}
     assert warm["compiled"] == []
     assert cold["value"] == warm["value"]
 

@@ -51,7 +51,8 @@ def radon_data(seed: int = 0, groups: int = RADON_GROUPS, observations: int = RA
     return group.astype("int64"), floor, log_radon
 
 
-def radon_model(seed: int = 0, prior_scale: float = 5.0, extra_term: bool = False) -> Model:
+def radon_model(seed: int = 0, prior_scale: float = 5.0, extra_term: bool = False,
+                groups: int = RADON_GROUPS, observations: int = RADON_OBSERVATIONS) -> Model:
     """A radon-style hierarchical model: logp and its gradient w.r.t. all parameters.
 
     Varying intercepts per group (non-centred), a common floor slope, log-scale
@@ -59,11 +60,13 @@ def radon_model(seed: int = 0, prior_scale: float = 5.0, extra_term: bool = Fals
     concatenation of the raveled gradients, as PyMC's ``logp_dlogp`` function.
     `seed` changes the observed data, `prior_scale` a constant, `extra_term` adds
     a term: the knobs for "same model, new data" and "slight variant" graphs.
+    `groups` and `observations` give a dataset of other sizes: another graph, of the
+    same ops.
     """
-    group, floor, log_radon = radon_data(seed)
+    group, floor, log_radon = radon_data(seed, groups, observations)
     mu_a = pt.scalar("mu_a")
     log_sigma_a = pt.scalar("log_sigma_a")
-    a_offset = pt.vector("a_offset", shape=(RADON_GROUPS,))
+    a_offset = pt.vector("a_offset", shape=(groups,))
     b = pt.scalar("b")
     log_sigma_y = pt.scalar("log_sigma_y")
     parameters = [mu_a, log_sigma_a, a_offset, b, log_sigma_y]
@@ -83,7 +86,7 @@ def radon_model(seed: int = 0, prior_scale: float = 5.0, extra_term: bool = Fals
         logp = logp - 0.01 * (b**2)
     gradient = pt.concatenate([g.ravel() for g in pt.grad(logp, parameters)])
     point = [
-        np.asarray(1.0), np.asarray(-1.0), np.linspace(-1, 1, RADON_GROUPS), np.asarray(-0.5),
+        np.asarray(1.0), np.asarray(-1.0), np.linspace(-1, 1, groups), np.asarray(-0.5),
         np.asarray(-0.3),
     ]
     return Model("radon", parameters, [logp, gradient], point)
