@@ -19,7 +19,7 @@ class CacheContext:
 
     `op_kernels` holds this process's cacheable op kernels by key digest: nodes
     with the same key share one dispatcher, so it is compiled or loaded once and
-    linked once into each graph kernel.
+    called by symbol from (under ``link_op_kernels``: linked into) each graph kernel.
     """
 
     settings: settings_module.Settings
