@@ -101,3 +101,27 @@ def objmode_blocks() -> None:
     require(isinstance(uuid, str) and uuid, "dispatchers no longer have a _uuid")
     require(numba_internals.block_dispatcher(uuid) is probe,
             "dispatchers are no longer found by uuid in _memo")
+
+
+@seam("calls by symbol (call_conv, fndesc.mangled_name)", "numba", WRITTEN_FOR,
+      "kernels/symbol_calls.py, kernels/op_links.py")
+def calls_by_symbol() -> None:
+    import numba
+
+    from numba_cache._compat import numba_internals
+    from numba_cache.kernels import symbol_calls
+
+    callee = numba.core.registry.CPUDispatcher(
+        py_func=lambda x: x * 3.0, locals={},
+        targetoptions={"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+    call = symbol_calls.caller(callee, 1, lambda compiled: (compiled, True))
+    caller = numba.njit(lambda x: call(x) + 1.0)
+    require(caller(2.0) == 7.0, "a call by symbol returned a wrong value")
+    [compiled] = callee.overloads.values()
+    symbol = compiled.fndesc.mangled_name
+    [caller_compiled] = caller.overloads.values()
+    declared = [function for function in
+                numba_internals.final_module(caller_compiled.library).functions
+                if function.name == symbol]
+    require(len(declared) == 1 and declared[0].is_declaration,
+            "the caller's module no longer only declares the callee")
