@@ -35,9 +35,10 @@ def blob_name(signature) -> str:
 
 
 def note(key_digest: str, signature: tuple, compiled, from_store: bool = False,
-         replace: bool = False) -> None:
+         replace: bool = False):
     """Serve `compiled` as the op kernel of `key_digest` for `signature` in this process,
-    unless one already is (or `replace`: the one served was found to be another op's)."""
+    unless one already is (or `replace`: the one served was found to be another op's);
+    the one served."""
     address = (key_digest, tuple(signature))
     with _lock:
         if replace or address not in _compiled:
@@ -46,6 +47,7 @@ def note(key_digest: str, signature: tuple, compiled, from_store: bool = False,
                 _from_store.add(address)
             else:
                 _from_store.discard(address)
+        return _compiled[address]
 
 
 def loaded_from_store(key_digest: str, signature: tuple) -> bool:
@@ -90,8 +92,7 @@ def meet(context, payload: bytes, target_context, load_op) -> str | None:
             kernel = None if entry is None else load_op(entry, signature, target_context)
             if kernel is None:
                 return f"op kernel {key_digest[:12]} is not in the store"
-            note(key_digest, signature, kernel, from_store=True)
-            kernel = compiled(key_digest, signature)
+            kernel = note(key_digest, signature, kernel, from_store=True)
         if kernel.fndesc.mangled_name != symbol:
             return f"op kernel {key_digest[:12]} was compiled again under another symbol"
     return None
