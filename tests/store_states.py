@@ -27,7 +27,7 @@ MODELS = ("radon", "ar1", "gp", "large")
 #: Join written in place, Blockwise, IfElse, Scan with pruned outputs, OpFromGraph, inplace.
 FAMILIES = ("join_split_concat", "blockwise", "if_else", "scan_with_gradient", "op_from_graph",
             "inplace")
-KINDS = ("rewrite", "graph", "op", "objmode")
+KINDS = ("rewrite", "graph", "op", "objmode", "runtime")
 
 
 def evaluate(name: str, mode) -> list:

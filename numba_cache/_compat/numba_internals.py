@@ -51,3 +51,39 @@ def block_dispatcher(uuid: str):
 def dispatcher_uuid(dispatcher) -> str:
     """The uuid numba pickles a dispatcher by (``_MemoMixin._uuid``)."""
     return dispatcher._uuid
+
+
+def runtime_initialized() -> bool:
+    """Whether numba's runtime (NRT) is initialised in this process (``rtsys._init``)."""
+    from numba.core.runtime import rtsys
+
+    return rtsys._init
+
+
+def compile_runtime_library(target_context):
+    """numba's runtime functions compiled as ``nrtdynmod.compile_nrt_functions`` compiles
+    them, but keeping their object code, so that the library can be serialized."""
+    from numba.core.runtime import nrtdynmod
+
+    module, library = nrtdynmod.create_nrt_module(target_context)
+    library.enable_object_caching()
+    library.add_ir_module(module)
+    library.finalize()
+    return library
+
+
+def initialize_runtime(target_context, make_library) -> None:
+    """Initialise numba's runtime (``rtsys.initialize``) with the library of runtime
+    functions `make_library(target_context)` returns, instead of numba's compile of it
+    (``nrtdynmod.compile_nrt_functions``). numba registers the C helpers those functions
+    call before it asks for them, so loaded object code can be resolved."""
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.runtime import nrtdynmod, rtsys
+
+    with global_compiler_lock:  # no other thread initialises the runtime meanwhile
+        numba_compile = nrtdynmod.compile_nrt_functions
+        nrtdynmod.compile_nrt_functions = make_library
+        try:
+            rtsys.initialize(target_context)
+        finally:
+            nrtdynmod.compile_nrt_functions = numba_compile

@@ -125,3 +125,20 @@ def calls_by_symbol() -> None:
                 if function.name == symbol]
     require(len(declared) == 1 and declared[0].is_declaration,
             "the caller's module no longer only declares the callee")
+
+
+@seam("rtsys.initialize (nrtdynmod.compile_nrt_functions)", "numba", WRITTEN_FOR,
+      "kernels/runtime.py")
+def runtime_library() -> None:
+    from numba.core.registry import cpu_target
+    from numba.core.runtime import nrtdynmod, rtsys
+
+    from numba_cache._compat import numba_internals
+
+    require(isinstance(numba_internals.runtime_initialized(), bool), "rtsys._init is gone")
+    source = inspect.getsource(type(rtsys).initialize)
+    require("nrtdynmod.compile_nrt_functions(ctx)" in source and "self._library =" in source,
+            "rtsys.initialize no longer takes its library from nrtdynmod.compile_nrt_functions")
+    module, library = nrtdynmod.create_nrt_module(cpu_target.target_context)
+    require(callable(library.enable_object_caching) and "NRT_incref" in module.globals,
+            "nrtdynmod.create_nrt_module no longer returns the runtime's module and library")

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from numba.core.caching import _Cache
 
 from numba_cache.kernels import blocks as object_mode_blocks
-from numba_cache.kernels import collisions, op_links, replay, report
+from numba_cache.kernels import collisions, op_links, replay, report, runtime
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.store import Entry
@@ -127,6 +127,7 @@ class KernelCache(_Cache):
                 self._report_verdict()
             self._run_prepare()
             return None
+        runtime.initialize(self._context, target_context)
         fingerprint = self._context.fingerprint.digest
         entry, self._prefetched = self._prefetched, None
         if entry is None:

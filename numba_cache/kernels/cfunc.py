@@ -27,9 +27,8 @@ from collections.abc import Callable, Sequence
 
 from numba.core import compiler
 from numba.core.ccallback import CFunc
-from numba.core.runtime import rtsys
 
-from numba_cache.kernels import links
+from numba_cache.kernels import links, runtime
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.self_contained import SelfContainedCompiler
 from numba_cache.kernels.uncacheable import Uncacheable
@@ -58,7 +57,7 @@ class CFuncCache(KernelCache):
 
     def _load_from(self, entry, sig, target_context):
         if entry is not None and entry.cacheable:
-            rtsys.initialize(target_context)  # defines numba's runtime symbols
+            runtime.initialize(self._context, target_context)  # defines its symbols
             reason = self._unmet(entry)
             if reason is not None:
                 logger.debug("cfunc %s not loaded: %s", self.key.short, reason)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from numba_cache import _compat
 from numba_cache import settings as settings_module
+from numba_cache.kernels import runtime
 from numba_cache.keys import Fingerprint, current_fingerprint
 from numba_cache.store import NullStore, Store, StoreWarning, open_store
 
@@ -38,9 +39,10 @@ def current_context() -> CacheContext:
 
 @functools.lru_cache(maxsize=16)
 def _context(settings, fingerprint_digest, fingerprint) -> CacheContext:
-    store = _store(settings)
-    enabled = not settings.disabled and _self_test_passed(store, fingerprint)
-    return CacheContext(settings, store, fingerprint, enabled)
+    context = CacheContext(settings, _store(settings), fingerprint, enabled=False)
+    if settings.disabled or not _self_test_passed(context):
+        return context
+    return replace(context, enabled=True)
 
 
 @functools.lru_cache(maxsize=8)
@@ -48,7 +50,7 @@ def _store(settings) -> Store | NullStore:
     return open_store(settings)
 
 
-def _self_test_passed(store: Store | NullStore, fingerprint: Fingerprint) -> bool:
+def _self_test_passed(context: CacheContext) -> bool:
     """Check every upstream seam (:mod:`numba_cache._compat`), a tiny kernel's round trip
     among them, once per fingerprint and store root.
 
@@ -57,8 +59,14 @@ def _self_test_passed(store: Store | NullStore, fingerprint: Fingerprint) -> boo
     component), so warm processes pay one small read. The fingerprint holds every
     package version, so new upstream versions are checked again.
     """
+    store, fingerprint = context.store, context.fingerprint
     if store.fingerprint_components(fingerprint.digest) is not None:
         return True
+    from numba.core.registry import cpu_target
+
+    # Before the seams compile anything (numba would compile its runtime, unstored);
+    # stored only once they are found in place.
+    compiled_runtime = runtime.initialize(context, cpu_target.target_context, save=False)
     found = _compat.problems()
     if found:
         warnings.warn(
@@ -70,4 +78,6 @@ def _self_test_passed(store: Store | NullStore, fingerprint: Fingerprint) -> boo
         )
         return False
     store.record_fingerprint(fingerprint.digest, fingerprint.components)
+    if compiled_runtime is not None:
+        runtime.store(context, compiled_runtime)
     return True

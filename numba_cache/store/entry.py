@@ -6,9 +6,10 @@ import re
 import time
 from dataclasses import dataclass, field
 
-#: The kinds of thing an entry can hold: a whole-graph kernel, an op kernel, or a
-#: rewritten graph (keyed before rewriting).
-KINDS = ("graph", "op", "rewrite", "objmode", "cfunc")
+#: The kinds of thing an entry can hold: a whole-graph kernel, an op kernel, a
+#: rewritten graph (keyed before rewriting), an object-mode block, a C callback,
+#: or numba's runtime functions.
+KINDS = ("graph", "op", "rewrite", "objmode", "cfunc", "runtime")
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
