@@ -20,7 +20,8 @@ KEY_FORMAT = 4
 #: version 3 entries lack.
 #: 5: graph kernels call their op kernels by symbol (``kernels/symbol_calls.py``) and
 #: list them (``kernels/op_links.py``); version 4 graph kernels linked them in.
-CODEGEN = 5
+#: 6: graph kernels that only call are optimised by a short pipeline (``kernels/glue.py``).
+CODEGEN = 6
 
 #: The stored form of a rewritten graph, or what rewriting produces; part of every rewrite key.
 #: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with

@@ -25,6 +25,10 @@ import numpy as np
 import pytensor, pytensor.tensor as pt
 import numba_cache
 from numba_cache.evaluation.compile_events import count_numba_compiles
+from numba_cache.integration.linker import graph_kernel_observers
+
+graph_kernels = []
+graph_kernel_observers.append(lambda fgraph, kernel, storage: graph_kernels.append(kernel))
 
 x = pt.vector("x", shape=(5,))
 m = pt.matrix("m", shape=(3, 5))
@@ -36,7 +40,10 @@ point = [np.linspace(-1, 1, 5), np.arange(15.0).reshape(3, 5) / 7]
 with count_numba_compiles() as compiles:
     function = pytensor.function([x, m], graphs[{graph!r}](), mode={mode!r})
     values = function(*point)
+# The graph kernel's code, when this process compiled it: was it optimised as glue?
+kernels = [compiled for kernel in graph_kernels for compiled in kernel.dispatcher.overloads.values()]
 print(json.dumps({{
+    "light": [getattr(kernel.library, "optimised_lightly", None) for kernel in kernels],
     "compiles": compiles,
     "stats": dict(numba_cache.session_stats()),
     "values": [value.tolist() for value in values],
@@ -60,6 +67,7 @@ def test_a_new_graph_of_stored_ops_compiles_only_its_glue():
     assert new["stats"].get("op.miss", 0) == 0 and new["stats"]["op.hit"] == 5
     assert new["stats"]["graph.miss"] == 1
     assert [name.split("_")[0] for name in new["compiles"]] == ["graph"]
+    assert new["light"] == [True]  # it only calls: kernels/glue.py
     loaded = compile_graph("B")
     assert loaded["compiles"] == [] and loaded["stats"]["graph.hit"] == 1
     assert loaded["values"] == new["values"]
@@ -106,5 +114,6 @@ def test_linked_op_kernels_are_a_setting_and_a_key_of_their_own():
     linked = compile_graph("B", env={"NBCACHE_LINK_OPS": "1"})
     assert linked["stats"]["graph.miss"] == 1 and linked["stats"].get("op.miss", 0) == 0
     assert linked["stats"].get("links:unmet", 0) == 0
+    assert linked["light"] == [False]  # linked code is optimised as numba does
     assert_like_numba(linked, by_symbol)
     assert compile_graph("B", env={"NBCACHE_LINK_OPS": "1"})["stats"]["graph.hit"] == 1

@@ -87,3 +87,18 @@ def initialize_runtime(target_context, make_library) -> None:
             rtsys.initialize(target_context)
         finally:
             nrtdynmod.compile_nrt_functions = numba_compile
+
+
+def linked_libraries(library) -> list:
+    """The code libraries numba links into `library` (``CPUCodeLibrary._linking_libraries``)."""
+    return library._linking_libraries
+
+
+def target_machine(codegen):
+    """The LLVM target machine a JIT codegen compiles for (``JITCPUCodegen._tm``)."""
+    return codegen._tm
+
+
+def data_layout(codegen) -> str:
+    """The data layout of that target machine (``JITCPUCodegen._data_layout``)."""
+    return codegen._data_layout

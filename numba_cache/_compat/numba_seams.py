@@ -142,3 +142,25 @@ def runtime_library() -> None:
     module, library = nrtdynmod.create_nrt_module(cpu_target.target_context)
     require(callable(library.enable_object_caching) and "NRT_incref" in module.globals,
             "nrtdynmod.create_nrt_module no longer returns the runtime's module and library")
+
+
+@seam("CPUCodeLibrary._optimize_functions, _linking_libraries", "numba", WRITTEN_FOR,
+      "kernels/glue.py")
+def glue_library() -> None:
+    import numba
+
+    from numba_cache.kernels import symbol_calls
+    from numba_cache.kernels.glue import GlueCompiler
+
+    callee = numba.core.registry.CPUDispatcher(
+        py_func=lambda x: x * 3.0, locals={},
+        targetoptions={"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+    call = symbol_calls.caller(callee, 1, lambda compiled: (compiled, True))
+    glue = numba.core.registry.CPUDispatcher(
+        py_func=lambda x: call(x) + 1.0, locals={}, targetoptions={"nopython": True},
+        pipeline_class=GlueCompiler)
+    require(glue(2.0) == 7.0, "a glue kernel returned a wrong value")
+    [compiled] = glue.overloads.values()
+    require(type(compiled.library).__name__ == "GlueLibrary" and compiled.library.only_calls(),
+            "a glue kernel's library is not numba_cache's, or lists other linked libraries")
+    require(compiled.library.optimised_lightly, "_optimize_final_module is no longer called")

@@ -23,13 +23,15 @@ def fastmath_flags(enabled: bool):
     return {"arcp", "contract", "afn", "reassoc", "nsz"}
 
 
-def cached_dispatcher(py_func, cache, *, called_from_python: bool, fastmath: bool):
+def cached_dispatcher(py_func, cache, *, called_from_python: bool, fastmath: bool,
+                      pipeline_class=SelfContainedCompiler):
     """Wrap `py_func` in a :class:`CachedDispatcher` that consults `cache`.
 
     Kernels only called from other kernels skip numba's CPython and cfunc
     wrappers, which cost compile time and are never used. Kernels are compiled
-    self-contained (:mod:`.self_contained`), so a process runs the same code
-    whether it compiled the kernel or loaded it.
+    self-contained (:mod:`.self_contained`; `pipeline_class` is that compiler or
+    a subclass), so a process runs the same code whether it compiled the kernel
+    or loaded it.
     """
     targetoptions = {
         "nopython": True,
@@ -40,7 +42,7 @@ def cached_dispatcher(py_func, cache, *, called_from_python: bool, fastmath: boo
         targetoptions |= {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
     dispatcher = CachedDispatcher(
         py_func=py_func, locals={}, targetoptions=targetoptions,
-        pipeline_class=SelfContainedCompiler,
+        pipeline_class=pipeline_class,
     )
     numba_internals.set_dispatcher_cache(dispatcher, cache)
     return dispatcher

@@ -9,7 +9,8 @@ The graph kernel calls each stored op kernel by its symbol
 (:mod:`.symbol_calls`), so compiling it compiles only the code between the
 calls; its entry lists those op kernels (:mod:`.op_links`). Op kernels that
 are not stored (uncacheable, or a disabled cache) are linked in, as numba links
-them, and so is every op kernel under the ``link_op_kernels`` setting.
+them, and so is every op kernel under the ``link_op_kernels`` setting. A graph
+kernel that only calls is optimised lightly (:mod:`.glue`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from numba_cache.kernels import op_links, replay, symbol_calls
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.conversion import op_kernel, source_label
 from numba_cache.kernels.dispatcher import cached_dispatcher
+from numba_cache.kernels.glue import GlueCompiler
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
@@ -88,7 +90,8 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
     cache = KernelCache(context, key, generated.source, prepare=prepare, verdict=verdict,
                         op_calls=called_by_symbol)
     dispatcher = cached_dispatcher(
-        function, cache, called_from_python=True, fastmath=config.numba__fastmath
+        function, cache, called_from_python=True, fastmath=config.numba__fastmath,
+        pipeline_class=GlueCompiler,
     )
     _tell_what_conversion_tells(cache)
     return GraphKernel(dispatcher, [hidden_value(constant) for constant in generated.hidden])

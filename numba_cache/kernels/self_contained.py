@@ -43,6 +43,9 @@ class SelfContainedLibrary(JITCodeLibrary):
 
     def _optimize_final_module(self):
         super()._optimize_final_module()
+        self._internalize_copies()
+
+    def _internalize_copies(self):
         for function in self._final_module.functions:
             if not function.is_declaration and function.linkage in _REPLACEABLE:
                 function.linkage = llvm.Linkage.internal
@@ -51,11 +54,13 @@ class SelfContainedLibrary(JITCodeLibrary):
 class SelfContainedCompiler(Compiler):
     """numba's default compiler, lowering into a :class:`SelfContainedLibrary`."""
 
+    library_class = SelfContainedLibrary
+
     def compile_extra(self, func):
         if self.state.library is None:
             codegen = self.state.targetctx.codegen()
             if numba_internals.creates_jit_libraries(codegen):
-                library = SelfContainedLibrary(codegen, func.__qualname__)
+                library = self.library_class(codegen, func.__qualname__)
                 # As numba's NativeLowering does for the libraries it creates.
                 library.enable_object_caching()
                 self.state.library = library

@@ -1,0 +1,80 @@
+"""A short LLVM pipeline for graph kernels that only call op kernels.
+
+A graph kernel whose op kernels are all called by symbol (:mod:`.symbol_calls`)
+computes nothing itself: it passes arrays from call to call, counts references
+and propagates errors. numba still optimises it as any function, with its full
+O3 pipeline twice over (function passes, then module passes) on one function of
+as many calls as the graph has nodes: on the large benchmark model (about 1,000
+calls) 3.5 s of function passes and 1.3 s of module passes, of a glue compile
+of 11 s. A :class:`GlueLibrary` runs SROA, instcombine, simplifycfg and numba's
+reference-count pruning instead (0.8 s there), and its machine code takes the
+same time per call (``benchmarks/``). The op kernels' code is untouched, so
+results are the same bits.
+
+When anything besides numba's runtime functions is linked into the library (an
+uncacheable op kernel, every op kernel under ``link_op_kernels``), there is
+code to optimise: it runs numba's pipeline.
+
+numba internals used: ``CPUCodeLibrary._optimize_functions`` and
+``_optimize_final_module`` (overridden, as :mod:`.self_contained` does), the
+library's linked libraries and the codegen's target machine and data layout
+(:mod:`numba_cache._compat.numba_internals`).
+"""
+
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+from numba.core.runtime import rtsys
+
+from numba_cache._compat import numba_internals
+from numba_cache.kernels.self_contained import SelfContainedCompiler, SelfContainedLibrary
+
+
+class GlueLibrary(SelfContainedLibrary):
+    """A self-contained library optimised lightly when it links only numba's runtime.
+
+    `optimised_lightly` tells whether its final module went through the light
+    pipeline (for the seam check).
+    """
+
+    optimised_lightly = False
+
+    def only_calls(self) -> bool:
+        """Whether nothing but numba's runtime functions is linked in."""
+        return all(library is rtsys.library
+                   for library in numba_internals.linked_libraries(self))
+
+    def _optimize_functions(self, ll_module):
+        if not self.only_calls():
+            super()._optimize_functions(ll_module)
+            return
+        ll_module.data_layout = numba_internals.data_layout(self._codegen)
+        for function in ll_module.functions:
+            if not function.is_declaration:
+                passes, builder = self._passes(llvm.create_new_function_pass_manager())
+                passes.add_sroa_pass()
+                passes.add_instruction_combine_pass()
+                passes.add_simplify_cfg_pass()
+                passes.add_refprune_pass()
+                passes.run(function, builder)
+
+    def _optimize_final_module(self):
+        if not self.only_calls():
+            super()._optimize_final_module()
+            return
+        passes, builder = self._passes(llvm.create_new_module_pass_manager())
+        passes.add_refprune_pass()
+        passes.run(self._final_module, builder)
+        self._internalize_copies()
+        self.optimised_lightly = True
+
+    def _passes(self, manager):
+        tuning = llvm.create_pipeline_tuning_options(speed_level=1)
+        target_machine = numba_internals.target_machine(self._codegen)
+        return manager, llvm.create_pass_builder(target_machine, tuning)
+
+
+class GlueCompiler(SelfContainedCompiler):
+    """numba's default compiler, lowering into a :class:`GlueLibrary`."""
+
+    library_class = GlueLibrary
