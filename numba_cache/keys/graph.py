@@ -87,7 +87,9 @@ KERNEL_LEVEL_PROPS: dict[type, dict[str, Callable]] = {
 
 @canonical.register(Type)
 def _(pytensor_type):
-    reduced = KERNEL_LEVEL_PROPS.get(type(pytensor_type)) if _KERNEL_LEVEL_TYPES.get() else None
+    if not _KERNEL_LEVEL_TYPES.get():  # graph keys: every type in full
+        return _full_type_description(pytensor_type)
+    reduced = KERNEL_LEVEL_PROPS.get(type(pytensor_type))
     if reduced is None:
         # Nested types (a typed list's element type) are part of this type's code too.
         with kernel_level_types(enabled=False):
