@@ -31,8 +31,8 @@ print(json.dumps({{"stats": dict(numba_cache.session_stats()),
 """
 
 
-def compile_in_child(guarded: bool) -> dict:
-    return run_python(COMPILE.format(guarded=guarded))
+def compile_in_child(guarded: bool, env: dict | None = None) -> dict:
+    return run_python(COMPILE.format(guarded=guarded), env)
 
 
 def test_the_first_process_stores_the_runtime_and_later_ones_load_it(private_store):
@@ -52,3 +52,15 @@ def test_a_damaged_runtime_entry_is_compiled_again_and_replaced(private_store):
     warm = compile_in_child(guarded=True)
     assert "unreadable" not in warm["stderr"]
     assert cold["values"] == repaired["values"] == warm["values"]
+
+
+
+def test_a_read_only_store_without_the_runtime_stays_as_it_is(private_store):
+    """A store filled before runtimes were stored, read-only: the runtime is compiled, the
+    kernels load, nothing is written."""
+    cold = compile_in_child(guarded=False)
+    [address] = store_states.entries_of(private_store, {"runtime"})
+    assert store_states.remove(private_store, {"runtime"}) == 1
+    warm = compile_in_child(guarded=False, env={"NBCACHE_READONLY": "1"})
+    assert warm["stats"].get("graph.hit") == 1 and warm["values"] == cold["values"]
+    assert not store_states.record_path(private_store, *address).exists()
