@@ -26,8 +26,24 @@ if {guarded}:
 x = pt.vector("x")
 function = pytensor.function([x], [pt.exp(x) * 2.0, pt.cumsum(x)], mode="NUMBA_CACHE")
 values = function(np.linspace(-1.0, 1.0, 7))
+
+# numba compiling after it: mutual recursion binds calls through numba's runtime linker,
+# which looks up a function of the runtime library by name.
+import numba
+from numba.core.runtime import rtsys
+
+@numba.njit
+def is_even(n):
+    return True if n == 0 else is_odd(n - 1)
+
+@numba.njit
+def is_odd(n):
+    return False if n == 0 else is_even(n - 1)
+
 print(json.dumps({{"stats": dict(numba_cache.session_stats()),
-                   "values": [value.tolist() for value in values]}}))
+                   "values": [value.tolist() for value in values],
+                   "abort_function": rtsys.library.get_pointer_to_function("nrt_unresolved_abort"),
+                   "recursion": [is_even(10), is_odd(7), is_even(3)]}}))
 """
 
 
@@ -41,6 +57,7 @@ def test_the_first_process_stores_the_runtime_and_later_ones_load_it(private_sto
     warm = compile_in_child(guarded=True)
     assert warm["stats"].get("graph.hit") == 1
     assert warm["values"] == cold["values"]
+    assert warm["abort_function"] != 0 and warm["recursion"] == [True, True, False]
 
 
 def test_a_damaged_runtime_entry_is_compiled_again_and_replaced(private_store):

@@ -5,6 +5,7 @@ Each check looks at numba as installed; see :mod:`numba_cache._compat`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 from numba_cache._compat import numba_unique_ids, require, seam
@@ -103,25 +104,36 @@ def objmode_blocks() -> None:
             "dispatchers are no longer found by uuid in _memo")
 
 
-@seam("calls by symbol (call_conv, fndesc.mangled_name)", "numba", WRITTEN_FOR,
-      "kernels/symbol_calls.py, kernels/op_links.py")
-def calls_by_symbol() -> None:
+@functools.cache
+def _symbol_call_probe() -> tuple:
+    """A callee (times 3) and a caller of it by symbol (plus 1) compiled as a graph kernel
+    is: their compile results, once the caller gave 7 for 2. Compiled once for the two
+    seams that read it (the self-test is part of a store's first compile)."""
     import numba
 
-    from numba_cache._compat import numba_internals
     from numba_cache.kernels import symbol_calls
+    from numba_cache.kernels.glue import GlueCompiler
 
     callee = numba.core.registry.CPUDispatcher(
         py_func=lambda x: x * 3.0, locals={},
         targetoptions={"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True})
     call = symbol_calls.caller(callee, 1, lambda compiled: (compiled, True))
-    caller = numba.njit(lambda x: call(x) + 1.0)
+    caller = numba.core.registry.CPUDispatcher(
+        py_func=lambda x: call(x) + 1.0, locals={}, targetoptions={"nopython": True},
+        pipeline_class=GlueCompiler)
     require(caller(2.0) == 7.0, "a call by symbol returned a wrong value")
-    [compiled] = callee.overloads.values()
-    symbol = compiled.fndesc.mangled_name
-    [caller_compiled] = caller.overloads.values()
-    declared = [function for function in
-                numba_internals.final_module(caller_compiled.library).functions
+    [callee_compiled], [caller_compiled] = callee.overloads.values(), caller.overloads.values()
+    return callee_compiled, caller_compiled
+
+
+@seam("calls by symbol (call_conv, fndesc.mangled_name)", "numba", WRITTEN_FOR,
+      "kernels/symbol_calls.py, kernels/op_links.py")
+def calls_by_symbol() -> None:
+    from numba_cache._compat import numba_internals
+
+    callee, caller = _symbol_call_probe()
+    symbol = callee.fndesc.mangled_name
+    declared = [function for function in numba_internals.final_module(caller.library).functions
                 if function.name == symbol]
     require(len(declared) == 1 and declared[0].is_declaration,
             "the caller's module no longer only declares the callee")
@@ -147,20 +159,7 @@ def runtime_library() -> None:
 @seam("CPUCodeLibrary._optimize_functions, _linking_libraries", "numba", WRITTEN_FOR,
       "kernels/glue.py")
 def glue_library() -> None:
-    import numba
-
-    from numba_cache.kernels import symbol_calls
-    from numba_cache.kernels.glue import GlueCompiler
-
-    callee = numba.core.registry.CPUDispatcher(
-        py_func=lambda x: x * 3.0, locals={},
-        targetoptions={"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True})
-    call = symbol_calls.caller(callee, 1, lambda compiled: (compiled, True))
-    glue = numba.core.registry.CPUDispatcher(
-        py_func=lambda x: call(x) + 1.0, locals={}, targetoptions={"nopython": True},
-        pipeline_class=GlueCompiler)
-    require(glue(2.0) == 7.0, "a glue kernel returned a wrong value")
-    [compiled] = glue.overloads.values()
-    require(type(compiled.library).__name__ == "GlueLibrary" and compiled.library.only_calls(),
+    _, glue = _symbol_call_probe()
+    require(type(glue.library).__name__ == "GlueLibrary" and glue.library.only_calls(),
             "a glue kernel's library is not numba_cache's, or lists other linked libraries")
-    require(compiled.library.optimised_lightly, "_optimize_final_module is no longer called")
+    require(glue.library.optimised_lightly, "_optimize_final_module is no longer called")
