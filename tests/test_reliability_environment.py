@@ -196,7 +196,9 @@ def test_a_write_failing_at_any_step_compiles_without_saving_with_one_warning(
     report = run(CACHED, {"NBCACHE_TEST_FAULT": f"{checkpoint}:{code}"})
     assert_correct(report)
     assert_one_warning(report, os.strerror(getattr(errno, code)), f"injected at {checkpoint}")
-    saves = sum(report["stats"][f"{kind}.miss"] for kind in ("rewrite", "graph", "op"))
+    # Every miss, and numba's runtime functions (kernels/runtime.py), stored by a new store's
+    # first process.
+    saves = sum(report["stats"][f"{kind}.miss"] for kind in ("rewrite", "graph", "op")) + 1
     assert rel.open_store(private_store).stats()["counters"]["write_error"] == saves
     assert not list(private_store.rglob("*.nbk")) and not list(private_store.rglob("*/??/*.py"))
     assert rel.temp_files(private_store) == []
