@@ -118,3 +118,59 @@ def test_nodes_differing_only_in_static_lengths_share_one_op_kernel(private_stor
     again = run_python(LENGTHS)
     assert again["value"] == result["value"]
     assert without_op_loads(again["stats"]) == {"rewrite.hit": 1, "graph.hit": 1}
+
+
+READS_CONSTANT = """
+import json
+import numba, numpy as np, pytensor, pytensor.tensor as pt
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
+import numba_cache
+
+conversions = []
+
+
+class ScaleBy(Op):
+    # x * k, its numba code baking in k, a constant input, and keying on its value.
+
+    __props__ = ()
+
+    def make_node(self, x, k):
+        return Apply(self, [x, pt.as_tensor(k)], [x.type()])
+
+    def perform(self, node, inputs, outputs):
+        outputs[0][0] = inputs[0] * inputs[1]
+
+
+@register_funcify_and_cache_key(ScaleBy)
+def _scale_by(op, node, **kwargs):
+    k = float(node.inputs[1].data)
+    conversions.append(k)
+
+    @numba.njit
+    def scale_by(x, _):
+        return x * k
+
+    return scale_by, f"ScaleBy times {k!r}"
+
+
+x, y = pt.dvector("x"), pt.dvector("y")
+output = ScaleBy()(x, 2.0) + ScaleBy()(y, 2.0) + ScaleBy()(x, 3.0)
+function = pytensor.function([x, y], output, mode="NUMBA_CACHE")
+print(json.dumps({
+    "value": function(np.ones(2), np.full(2, 10.0)).tolist(),
+    "conversions": conversions,
+    "stats": dict(numba_cache.session_stats()),
+}))
+"""
+
+
+def test_a_conversion_reading_a_constant_is_done_once_per_value(private_store):
+    """A graph converts a node like one before it (same op, types and constant values)
+    only once; a node differing in a constant's value, which the conversion may read,
+    is converted on its own: 1*2 + 10*2 + 1*3, not 1*2 + 10*2 + 1*2."""
+    result = run_python(READS_CONSTANT)
+    assert result["value"] == [25.0, 25.0]
+    assert result["conversions"] == [2.0, 3.0]
+    assert result["stats"]["op.reused"] == 1, result["stats"]  # ScaleBy(y, 2.0) served by ScaleBy(x, 2.0)

@@ -97,6 +97,8 @@ def case(name):
         return [x], Unconvertible()(x) * 2, [np.ones(2)]
     if name == "warns_cacheable":
         return [x], WarnsOnConversion()(pt.exp(x)).sum(), [np.ones(2)]
+    if name == "warns_cacheable_twice":  # two nodes alike: converted once, told twice
+        return [x], WarnsOnConversion()(pt.exp(x)).sum() + WarnsOnConversion()(x).sum(), [np.ones(2)]
     if name == "plain":
         return [x], pt.exp(x).sum(), [np.ones(2)]
     raise ValueError(name)
@@ -134,7 +136,7 @@ print(json.dumps(report))
 """
 
 NAMES = ("blockwise_arange", "perform_only_elemwise", "perform_only_blockwise", "unconvertible",
-         "warns_cacheable", "plain")
+         "warns_cacheable", "warns_cacheable_twice", "plain")
 
 
 def run(mode: str, store) -> dict:
@@ -165,17 +167,19 @@ def test_the_reference_says_something_for_each_case_but_the_plain_one(reports):
     assert numba["unconvertible"]["build_error"][0] == "NotImplementedError"
     assert numba["warns_cacheable"]["build"] == [
         ["RuntimeWarning", "WarnsOnConversion converts through a slow path"]]
+    assert numba["warns_cacheable_twice"]["build"] == 2 * numba["warns_cacheable"]["build"]
     assert numba["plain"] == {"build": [], "value": numba["plain"]["value"], "call": []}
 
 
 def test_the_warm_process_replays_from_the_store(reports):
-    """The cacheable graphs (warns_cacheable, plain) hit in the warm process, so its warning
-    came from the store; the graphs with object-mode ops are compiled fresh, as before."""
+    """The cacheable graphs (warns_cacheable, warns_cacheable_twice, plain) hit in the warm
+    process, so their warnings came from the store; the graphs with object-mode ops are
+    compiled fresh, as before."""
     warm, cold = reports["warm"]["stats"], reports["cold"]["stats"]
-    assert warm.get("graph.hit") == 2 and warm.get("graph.miss", 0) == 0, warm
+    assert warm.get("graph.hit") == 3 and warm.get("graph.miss", 0) == 0, warm
     assert warm.get("uncacheable:contains-uncacheable") == 3, warm  # their stored markers
-    # Cold: five graphs compiled (the unconvertible one raised before), three of them uncacheable.
-    assert cold.get("graph.miss") == 5 and cold.get("uncacheable:contains-uncacheable") == 3, cold
+    # Cold: six graphs compiled (the unconvertible one raised before), three of them uncacheable.
+    assert cold.get("graph.miss") == 6 and cold.get("uncacheable:contains-uncacheable") == 3, cold
 
 
 def test_object_mode_ops_show_where_users_look(reports):

@@ -28,10 +28,21 @@ from numba_cache.keys.kernels import op_kernel_key
 OBJECT_MODE_FALLBACK = "Numba will use object mode"
 
 
-def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
-    """A cached numba dispatcher computing `node`, and its uncacheable verdict if any."""
+def op_kernel(node, context, storage_map: dict, ofg_memo: dict, converted: dict):
+    """A cached numba dispatcher computing `node`, and its uncacheable verdict if any.
+
+    `converted` remembers, over one graph, which op kernel served a node (by
+    :func:`_conversion_inputs`) and what its conversion warned: a node like one
+    before it is not converted again, its warnings are told again.
+    """
     from pytensor import config
 
+    like = _conversion_inputs(node)
+    if like in converted:
+        digest, said = converted[like]
+        replay.emit(said)
+        record_reuse("op")
+        return context.op_kernels[digest], None
     op = node.op
     with replay.recording() as said:
         impl, pytensor_key = _funcify(node, context, storage_map, ofg_memo)
@@ -43,6 +54,7 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
     except Exception as exc:  # keying never fails a compile: the kernel is not persisted
         key, verdict = unkeyed("op", f"op {str(op)[:60]}", exc)
     if verdict is None and key.digest in context.op_kernels:
+        _remember(converted, like, key, said)
         record_reuse("op")
         return context.op_kernels[key.digest], None
 
@@ -56,7 +68,30 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict):
     )
     if verdict is None:
         context.op_kernels[key.digest] = dispatcher
+        _remember(converted, like, key, said)
     return dispatcher, verdict
+
+
+def _remember(converted: dict, like: tuple | None, key, said: list[dict]) -> None:
+    if like is not None:
+        converted[like] = (key.digest, said)
+
+
+def _conversion_inputs(node) -> tuple | None:
+    """All that PyTensor's conversion of `node` reads: its op, the types of its inputs
+    and outputs and the values of its constant inputs. Two nodes alike in these get
+    the same implementation and key; None when that cannot be told by hashing."""
+    from pytensor.graph.basic import Constant
+
+    like = (node.op,
+            tuple(("constant", variable.signature()) if isinstance(variable, Constant)
+                  else variable.type for variable in node.inputs),
+            tuple(variable.type for variable in node.outputs))
+    try:
+        hash(like)
+    except TypeError:
+        return None
+    return like
 
 
 def _no_key_verdict(op, said: list[dict]) -> Uncacheable:

@@ -74,8 +74,9 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
             namespace[global_name] = numba_typify(constant.data, variable=constant)
         uncacheable_ops = []
         ofg_memo: dict = {}
+        converted: dict = {}
         for global_name, node in generated.kernels.items():
-            dispatcher, op_verdict = op_kernel(node, context, storage_map, ofg_memo)
+            dispatcher, op_verdict = op_kernel(node, context, storage_map, ofg_memo, converted)
             namespace[global_name] = dispatcher if op_calls == LINKED else _called_by_symbol(
                 dispatcher, len(node.inputs), context, called_by_symbol)
             if op_verdict is not None:
