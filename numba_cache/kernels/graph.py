@@ -29,7 +29,7 @@ from numba_cache.kernels.glue import GlueCompiler
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
-from numba_cache.keys.kernels import LINKED, graph_kernel_key, op_calls_setting
+from numba_cache.keys.kernels import BY_SYMBOL, graph_kernel_key, op_calls_setting
 from numba_cache.keys.order import execution_order
 
 
@@ -75,10 +75,14 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
         uncacheable_ops = []
         ofg_memo: dict = {}
         converted: dict = {}
+        # One intrinsic per op kernel: numba types a call of it once per signature.
+        callers: dict = {}
         for global_name, node in generated.kernels.items():
             dispatcher, op_verdict = op_kernel(node, context, storage_map, ofg_memo, converted)
-            namespace[global_name] = dispatcher if op_calls == LINKED else _called_by_symbol(
-                dispatcher, len(node.inputs), context, called_by_symbol)
+            if op_calls == BY_SYMBOL and id(dispatcher) not in callers:
+                callers[id(dispatcher)] = _called_by_symbol(
+                    dispatcher, len(node.inputs), context, called_by_symbol)
+            namespace[global_name] = callers.get(id(dispatcher), dispatcher)
             if op_verdict is not None:
                 uncacheable_ops.append(f"{node.op} ({op_verdict.reason})")
         if uncacheable_ops:
