@@ -79,12 +79,16 @@ def _remember(converted: dict, like: tuple | None, key, said: list[dict]) -> Non
 
 def _conversion_inputs(node) -> tuple | None:
     """All that PyTensor's conversion of `node` reads: its op, the types of its inputs
-    and outputs and the values of its constant inputs. Two nodes alike in these get
-    the same implementation and key; None when that cannot be told by hashing."""
+    and outputs, and its constant inputs. Two nodes alike in these get the same
+    implementation and key; None when that cannot be told by hashing.
+
+    Constants are compared as objects, not by value: PyTensor's own comparison of
+    values holds 0.0 and -0.0 equal, and its rewrites already merged equal constants
+    into one object (on the large benchmark model, as many nodes are found alike)."""
     from pytensor.graph.basic import Constant
 
     like = (node.op,
-            tuple(("constant", variable.signature()) if isinstance(variable, Constant)
+            tuple(("constant", variable) if isinstance(variable, Constant)
                   else variable.type for variable in node.inputs),
             tuple(variable.type for variable in node.outputs))
     try:
