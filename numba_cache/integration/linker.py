@@ -32,6 +32,7 @@ from pytensor.link.utils import raise_with_op
 from numba_cache._compat import numba_unique_ids
 from numba_cache.codegen.thunk import direct_thunk
 from numba_cache.integration import nutpie
+from numba_cache.kernels import replaced_numba
 from numba_cache.kernels import cfunc, objmode
 from numba_cache.kernels.entry_point import entry_point
 
@@ -44,9 +45,17 @@ graph_kernel_observers: list[Callable] = []
 
 
 class NumbaCacheLinker(NumbaLinker):
-    """A JIT linker whose numba kernels are loaded from and saved to numba_cache's store."""
+    """A JIT linker whose numba kernels are loaded from and saved to numba_cache's store.
+
+    While numba's compiler is replaced by test doubles (:mod:`numba_cache.kernels.replaced_numba`), it
+    links as PyTensor's ``NumbaLinker`` does, uncached.
+    """
+
+    _numba_replaced = False
 
     def fgraph_convert(self, fgraph, storage_map=None, **kwargs):
+        if self._numba_replaced:
+            return super().fgraph_convert(fgraph, storage_map=storage_map, **kwargs)
         from numba_cache.integration.rewrite_cache import GRAPH_KEY_ATTRIBUTE
         from numba_cache.kernels.context import current_context
         from numba_cache.kernels.graph import graph_kernel
@@ -59,9 +68,13 @@ class NumbaCacheLinker(NumbaLinker):
         return kernel
 
     def jit_compile(self, kernel):
+        if self._numba_replaced:
+            return super().jit_compile(kernel)
         return kernel.dispatcher
 
     def create_thunk_inputs(self, storage_map):
+        if self._numba_replaced:
+            return super().create_thunk_inputs(storage_map)
         # Large constants travel as trailing arguments (numba_cache.keys.constants).
         inputs = [storage_map[variable] for variable in self.fgraph.inputs]
         return inputs + [[value] for value in self._hidden_values]
@@ -72,9 +85,12 @@ class NumbaCacheLinker(NumbaLinker):
         The jitted function handed out (``Function.vm.jit_fn``) takes the graph's
         inputs, as PyTensor's does: an entry point calling the kernel by symbol.
         """
+        self._numba_replaced = replaced_numba.replaced() is not None
         thunks, output_nodes, kernel = super().create_jitable_thunk(
             compute_map, order, input_storage, output_storage, storage_map
         )
+        if self._numba_replaced:
+            return thunks, output_nodes, kernel
         entry = entry_point(kernel, len(self.fgraph.inputs), self._hidden_values)
         [generic] = thunks
         if not generic.outputs:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from numba_cache import _compat
 from numba_cache import settings as settings_module
-from numba_cache.kernels import runtime
+from numba_cache.kernels import replaced_numba, runtime
 from numba_cache.keys import Fingerprint, current_fingerprint
 from numba_cache.store import NullStore, Store, StoreWarning, open_store
 
@@ -31,9 +31,15 @@ class CacheContext:
 
 
 def current_context() -> CacheContext:
-    """The context for the settings and PyTensor flags in force now."""
+    """The context for the settings and PyTensor flags in force now.
+
+    While test doubles stand in for numba's compiler, the cache is off and nothing
+    about it is concluded or remembered (:mod:`.replaced_numba`).
+    """
     settings = settings_module.current()
     fingerprint = current_fingerprint()
+    if replaced_numba.replaced() is not None:
+        return CacheContext(settings, NullStore(settings), fingerprint, enabled=False)
     return _context(settings, fingerprint.digest, fingerprint)
 
 
