@@ -32,8 +32,7 @@ from pytensor.link.utils import raise_with_op
 from numba_cache._compat import numba_unique_ids
 from numba_cache.codegen.thunk import direct_thunk
 from numba_cache.integration import nutpie
-from numba_cache.kernels import replaced_numba
-from numba_cache.kernels import cfunc, objmode
+from numba_cache.kernels import cfunc, objmode, replaced_numba
 from numba_cache.kernels.entry_point import entry_point
 
 MODE_NAME = "NUMBA_CACHE"
@@ -47,8 +46,9 @@ graph_kernel_observers: list[Callable] = []
 class NumbaCacheLinker(NumbaLinker):
     """A JIT linker whose numba kernels are loaded from and saved to numba_cache's store.
 
-    While numba's compiler is replaced by test doubles (:mod:`numba_cache.kernels.replaced_numba`), it
-    links as PyTensor's ``NumbaLinker`` does, uncached.
+    While numba's compiler is replaced by test doubles
+    (:mod:`numba_cache.kernels.replaced_numba`), it links as PyTensor's ``NumbaLinker``
+    does, uncached.
     """
 
     _numba_replaced = False

@@ -1,4 +1,4 @@
-"""Whether numba's compiler has been replaced by test doubles, in which case numba_cache steps aside.
+"""Whether test doubles replace numba's compiler; if so, numba_cache steps aside.
 
 PyTensor's own tests compile every function of ``compare_numba_and_py`` a second
 time under such doubles (``tests/link/numba/test_basic.py::eval_python_only``):
