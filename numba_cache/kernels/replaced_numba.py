@@ -20,11 +20,35 @@ numba_cache or kept (``tests/test_replaced_numba.py``).
 
 from __future__ import annotations
 
+import operator
 import sys
 
 
 def replaced() -> str | None:
-    """Which of numba's or PyTensor's jit entry points does not give numba's dispatcher, or None."""
+    """Which of numba's or PyTensor's jit entry points does not give numba's dispatcher, or None.
+
+    Probing builds two dispatchers (about 60 µs), and every compile asks several
+    times: the verdict is kept for as long as the same objects are in place.
+    """
+    import numba
+
+    # Not imported means not patched: importing it would cost a warm hit the dispatch's import.
+    pytensor_dispatch = sys.modules.get("pytensor.link.numba.dispatch.basic")
+    entry_points = (numba.njit, numba.np.numpy_support.from_dtype,
+                    None if pytensor_dispatch is None else pytensor_dispatch.numba_njit)
+    probed, verdict = _last
+    if probed is not None and all(map(operator.is_, probed, entry_points)):
+        return verdict
+    verdict = _probe(*entry_points)
+    _last[:] = entry_points, verdict
+    return verdict
+
+
+#: The entry points last probed, and their verdict.
+_last: list = [None, None]
+
+
+def _probe(njit, from_dtype, pytensor_njit) -> str | None:
     import numba
     import numpy as np
     from numba.core.dispatcher import Dispatcher
@@ -32,13 +56,10 @@ def replaced() -> str | None:
     def probe():
         return None
 
-    if not isinstance(numba.njit(probe), Dispatcher):
+    if not isinstance(njit(probe), Dispatcher):
         return "numba.njit"
-    if numba.np.numpy_support.from_dtype(np.dtype("float64")) != numba.float64:
+    if from_dtype(np.dtype("float64")) != numba.float64:
         return "numba.np.numpy_support.from_dtype"
-    # Not imported means not patched: importing it would cost a warm hit the dispatch's import.
-    pytensor_dispatch = sys.modules.get("pytensor.link.numba.dispatch.basic")
-    if pytensor_dispatch is not None and not isinstance(
-            pytensor_dispatch.numba_njit(probe), Dispatcher):
+    if pytensor_njit is not None and not isinstance(pytensor_njit(probe), Dispatcher):
         return "pytensor.link.numba.dispatch.basic.numba_njit"
     return None
