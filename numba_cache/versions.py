@@ -23,6 +23,11 @@ KEY_FORMAT = 4
 #: 6: graph kernels that only call are optimised by a short pipeline (``kernels/glue.py``).
 CODEGEN = 6
 
+#: The body of graph kernels, part of graph kernel keys only: op kernels are unchanged.
+#: 1: the op kernel calls are emitted by one intrinsic (``kernels/graph_body.py``);
+#: before, numba typed and lowered one generated Python statement per node.
+GRAPH_BODY = 1
+
 #: The stored form of a rewritten graph, or what rewriting produces; part of every rewrite key.
 #: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with
 #: numba's inner-graph rewrite (version 1 entries hold C/VM-baked Scan inner graphs).

@@ -107,19 +107,26 @@ def objmode_blocks() -> None:
 @functools.cache
 def _symbol_call_probe() -> tuple:
     """A callee (times 3) and a caller of it by symbol (plus 1) compiled as a graph kernel
-    is: their compile results, once the caller gave 7 for 2. Compiled once for the two
-    seams that read it (the self-test is part of a store's first compile)."""
+    is, its body emitted by :mod:`numba_cache.kernels.graph_body`: their compile results,
+    once the caller gave 7 for 2. Compiled once for the two seams that read it (the
+    self-test is part of a store's first compile)."""
     import numba
 
-    from numba_cache.kernels import symbol_calls
+    from numba_cache.codegen.sources import Step
     from numba_cache.kernels.glue import GlueCompiler
+    from numba_cache.kernels.graph_body import graph_body
 
     callee = numba.core.registry.CPUDispatcher(
         py_func=lambda x: x * 3.0, locals={},
         targetoptions={"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True})
-    call = symbol_calls.caller(callee, 1, lambda compiled: (compiled, True))
+
+    def serve(kernel, signature):
+        callee.compile(signature)
+        return callee.overloads[signature], True
+
+    body = graph_body(["x"], {}, [Step("k0", ("x",), ("v0_0",))], ["v0_0"], serve)
     caller = numba.core.registry.CPUDispatcher(
-        py_func=lambda x: call(x) + 1.0, locals={}, targetoptions={"nopython": True},
+        py_func=lambda x: body(x)[0] + 1.0, locals={}, targetoptions={"nopython": True},
         pipeline_class=GlueCompiler)
     require(caller(2.0) == 7.0, "a call by symbol returned a wrong value")
     [callee_compiled], [caller_compiled] = callee.overloads.values(), caller.overloads.values()
@@ -127,7 +134,7 @@ def _symbol_call_probe() -> tuple:
 
 
 @seam("calls by symbol (call_conv, fndesc.mangled_name)", "numba", WRITTEN_FOR,
-      "kernels/symbol_calls.py, kernels/op_links.py")
+      "kernels/symbol_calls.py, kernels/graph_body.py, kernels/op_links.py")
 def calls_by_symbol() -> None:
     from numba_cache._compat import numba_internals
 

@@ -28,9 +28,35 @@ def kernel_source(function_name: str, n_inputs: int) -> str:
     return f"def {function_name}({args}):\n    return impl({args})\n"
 
 
+#: The global the graph function calls: its body, made from its steps at compile time.
+GRAPH_BODY = "graph_body"
+
+#: The most arguments a generated call, or tuple of arguments, has. CPython compiles a
+#: call of more than 30 positional arguments into a call with a star argument, which
+#: numba lowers by building one tuple, element by element: IR text quadratic in the
+#: number of arguments (9 MB of a large model's 17 MB, at 900 constants).
+ARGUMENTS_PER_CALL = 16
+
+
+@dataclass(frozen=True)
+class Step:
+    """One node of a graph function: ``outputs = kernel(*inputs)``, all by generated name."""
+
+    kernel: str
+    inputs: tuple
+    outputs: tuple
+
+
 @dataclass
 class GraphSource:
     """Generated source of a graph function and the globals it expects.
+
+    The function is one call of its body (:data:`GRAPH_BODY`) with `arguments`,
+    grouped by :func:`grouped`: its parameters, then the constants numba must
+    type as Python globals. The body runs `steps` in order and returns the
+    values named in `returned` as a tuple (None if there are none); the source
+    lists them as comments. The `embedded` constants (tensors and scalars) are
+    not arguments: the body embeds them itself, as numba embeds a global.
 
     `kernels` maps global names to apply nodes (each needs an op kernel);
     `constants` maps global names to constants frozen into the kernel;
@@ -42,6 +68,23 @@ class GraphSource:
     kernels: dict = field(default_factory=dict)
     constants: dict = field(default_factory=dict)
     hidden: list = field(default_factory=list)
+    steps: list = field(default_factory=list)
+    arguments: list = field(default_factory=list)
+    embedded: list = field(default_factory=list)
+    returned: list = field(default_factory=list)
+
+
+def grouped(items: list, limit: int = ARGUMENTS_PER_CALL) -> list:
+    """`items` as at most `limit` entries, each an item or a list of entries (nested as
+    deep as needed, each list of at most `limit`)."""
+    while len(items) > limit:
+        items = [items[start:start + limit] for start in range(0, len(items), limit)]
+    return list(items)
+
+
+def _spelled(entries: list) -> str:
+    return ", ".join(f"({_spelled(entry)},)" if isinstance(entry, list) else entry
+                     for entry in entries)
 
 
 def graph_kernel_name(graph_key) -> str:
@@ -73,25 +116,37 @@ def graph_source(fgraph, function_name: str, hidden: list, order: list) -> Graph
         return names[variable]
 
     lines = []
+    steps = []
     for index, node in enumerate(order):
-        arguments = ", ".join(name_of(variable) for variable in node.inputs)
+        inputs = tuple(name_of(variable) for variable in node.inputs)
         outputs = []
         for position, output in enumerate(node.outputs):
             names[output] = f"v{index}_{position}"
             outputs.append(names[output])
         kernel = f"k{index}"
         kernels[kernel] = node
+        steps.append(Step(kernel, inputs, tuple(outputs)))
         # The op only: printing the node would print its constants, slowly.
         lines.append(indent(str(node.op), "# "))
-        lines.append(f"{', '.join(outputs)} = {kernel}({arguments})")
+        lines.append(f"# {', '.join(outputs)} = {kernel}({', '.join(inputs)})")
 
     returned = [name_of(variable) for variable in fgraph.outputs]
-    if len(returned) == 1:
-        lines.append(f"return ({returned[0]},)")
-    else:
-        lines.append(f"return ({', '.join(returned)})" if returned else "return None")
+    lines.append(f"# return ({', '.join(returned)},)" if returned else "# return None")
     parameters = [names[variable] for variable in fgraph.inputs]
     parameters += [names[constant] for constant in hidden]
+    embedded = [name for name, constant in constants.items() if _embeddable(constant)]
+    arguments = [*parameters, *(name for name in constants if name not in embedded)]
+    lines.append(f"return {GRAPH_BODY}({_spelled(grouped(arguments))})")
     body = indent("\n".join(lines), "    ")
     source = f"def {function_name}({', '.join(parameters)}):\n{body}\n"
-    return GraphSource(function_name, source, kernels, constants, list(hidden))
+    return GraphSource(function_name, source, kernels, constants, list(hidden), steps,
+                       arguments, embedded, returned)
+
+
+def _embeddable(constant) -> bool:
+    """Whether the graph body embeds `constant` itself: tensors and scalars, which numba
+    types as an array or a number. Other constants are typed by numba, as globals."""
+    from pytensor.scalar import ScalarType
+    from pytensor.tensor import TensorType
+
+    return isinstance(constant.type, TensorType | ScalarType)

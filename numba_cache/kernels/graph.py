@@ -7,7 +7,8 @@ the generated function's globals, right before numba compiles.
 
 The graph kernel calls each stored op kernel by its symbol
 (:mod:`.symbol_calls`), so compiling it compiles only the code between the
-calls; its entry lists those op kernels (:mod:`.op_links`). Op kernels that
+calls, emitted by one intrinsic (:mod:`.graph_body`); its entry lists those op
+kernels (:mod:`.op_links`). Op kernels that
 are not stored (uncacheable, or a disabled cache) are linked in, as numba links
 them, and so is every op kernel under the ``link_op_kernels`` setting. A graph
 kernel that only calls is optimised lightly (:mod:`.glue`).
@@ -20,12 +21,13 @@ from dataclasses import dataclass
 
 from numba_cache._compat import numba_internals
 from numba_cache.codegen.module import compile_function
-from numba_cache.codegen.sources import graph_kernel_name, graph_source
-from numba_cache.kernels import op_links, replay, symbol_calls
+from numba_cache.codegen.sources import GRAPH_BODY, graph_kernel_name, graph_source
+from numba_cache.kernels import op_links, replay
 from numba_cache.kernels.cache import KernelCache
 from numba_cache.kernels.conversion import op_kernel, source_label
 from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.glue import GlueCompiler
+from numba_cache.kernels.graph_body import graph_body
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
@@ -75,16 +77,19 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
         uncacheable_ops = []
         ofg_memo: dict = {}
         converted: dict = {}
-        # One intrinsic per op kernel: numba types a call of it once per signature.
-        callers: dict = {}
+        servers: dict = {}  # op kernel dispatcher id -> its serve function
+        kernel_servers: dict = {}  # global name of a step's kernel -> its serve function
         for global_name, node in generated.kernels.items():
             dispatcher, op_verdict = op_kernel(node, context, storage_map, ofg_memo, converted)
-            if op_calls == BY_SYMBOL and id(dispatcher) not in callers:
-                callers[id(dispatcher)] = _called_by_symbol(
-                    dispatcher, len(node.inputs), context, called_by_symbol)
-            namespace[global_name] = callers.get(id(dispatcher), dispatcher)
+            if id(dispatcher) not in servers:
+                servers[id(dispatcher)] = _server(dispatcher, context, op_calls, called_by_symbol)
+            kernel_servers[global_name] = servers[id(dispatcher)]
             if op_verdict is not None:
                 uncacheable_ops.append(f"{node.op} ({op_verdict.reason})")
+        embedded = {name: namespace[name] for name in generated.embedded}
+        namespace[GRAPH_BODY] = graph_body(
+            generated.arguments, embedded, generated.steps, generated.returned,
+            lambda kernel, signature: kernel_servers[kernel](signature))
         if uncacheable_ops:
             return Uncacheable(
                 "contains-uncacheable",
@@ -102,26 +107,32 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
     return GraphKernel(dispatcher, [hidden_value(constant) for constant in generated.hidden])
 
 
-def _called_by_symbol(dispatcher, n_inputs: int, context, called: list):
-    """The op kernel `dispatcher` as the graph calls it: by symbol if it is stored.
+def _server(dispatcher, context, op_calls: str, called: list):
+    """How the graph calls the op kernel `dispatcher`, per numba signature of its arguments:
+    the compile result, and whether by symbol (if it is stored, under :data:`BY_SYMBOL`).
 
-    The code called is the one serving this process for that op kernel
-    (:func:`.op_links.compiled`): the one loaded for a stored graph kernel, even
-    when the collision detector compiled it again to compare. Each op kernel
-    called by symbol is added to `called` as ``(key digest, signature, symbol)``,
-    what the graph's entry must list.
+    Serving a signature compiles (or loads) the kernel for it. The code called
+    is the one serving this process for that op kernel (:func:`.op_links.compiled`):
+    the one loaded for a stored graph kernel, even when the collision detector
+    compiled it again to compare. Each op kernel called by symbol is added to
+    `called` as ``(key digest, signature, symbol)``, what the graph's entry must list.
     """
     cache = numba_internals.dispatcher_cache(dispatcher)
+    served: dict = {}
 
-    def served(compiled) -> tuple:
-        if not context.enabled or cache.verdict is not None:
-            return compiled, False
-        signature = compiled.signature.args
-        compiled = op_links.compiled(cache.key.digest, signature) or compiled
-        called.append((cache.key.digest, signature, compiled.fndesc.mangled_name))
-        return compiled, True
+    def serve(signature: tuple) -> tuple:
+        if signature not in served:
+            dispatcher.compile(signature)
+            compiled = dispatcher.overloads[signature]
+            if op_calls != BY_SYMBOL or not context.enabled or cache.verdict is not None:
+                served[signature] = compiled, False
+            else:
+                compiled = op_links.compiled(cache.key.digest, signature) or compiled
+                called.append((cache.key.digest, signature, compiled.fndesc.mangled_name))
+                served[signature] = compiled, True
+        return served[signature]
 
-    return symbol_calls.caller(dispatcher, n_inputs, served)
+    return serve
 
 
 def _tell_what_conversion_tells(cache: KernelCache) -> None:

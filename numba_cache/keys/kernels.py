@@ -54,6 +54,7 @@ def graph_kernel_key(fgraph, fingerprint, order=None, op_calls: str = BY_SYMBOL)
         {
             "fingerprint": fingerprint.digest,
             "codegen": versions.CODEGEN,
+            "body": versions.GRAPH_BODY,
             "op_calls": op_calls,
             "graph": description.digest,
             "inputs": description.inputs,

@@ -1,0 +1,141 @@
+"""A graph kernel's body: its op kernel calls, typed and emitted as one numba intrinsic.
+
+The generated graph function is a single call, ``graph_body(i0, ..., h0, ...)``
+(:mod:`numba_cache.codegen.sources`), its arguments grouped in tuples when there are
+many. numba types and lowers that one call. Typing it types each op kernel call in
+the graph's order, compiling or loading each op kernel for the types its arguments
+have; lowering it emits the graph's constants, the calls
+(:func:`.symbol_calls.emit_call`), the unpacking of multi-output results and the
+reference counts numba's lowering of one Python statement per node gave:
+
+- tensor and scalar constants are typed and embedded as numba types and embeds a
+  global (an array read-only, through ``get_constant_generic``); other constants are
+  arguments, globals of the graph function that numba types itself;
+- the arguments (inputs, hidden constants, other constants) are borrowed;
+- an op kernel's results are owned, and released after their last use unless returned;
+- each value returned carries a reference of its own.
+
+Before, numba typed and lowered one Python statement per node: on the large benchmark
+model about 1,000 calls, 4,000 variables to type and 85,000 LLVM instructions to build,
+print and parse. An error an op kernel raises returns from the graph function at once,
+as numba's lowering of a call does (values alive then are not released, as in numba).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from numba_cache.codegen.module import compile_function
+from numba_cache.codegen.sources import grouped
+from numba_cache.kernels.symbol_calls import emit_call
+
+
+def graph_body(arguments: list, embedded: dict, steps: list, returned: list, serve: Callable):
+    """A numba intrinsic taking `arguments` (names, as :func:`.sources.grouped` groups them),
+    embedding the constants `embedded` maps names to (values), running `steps`
+    (:class:`.sources.Step`) and returning the tuple of the values `returned` names.
+
+    ``serve(kernel, signature)`` gives, for the global name of a step's kernel and
+    the numba types of its arguments, the compile result to call and whether to
+    call it by symbol (else its library is linked in, as numba links a dispatcher's).
+    """
+    from numba.core import types
+    from numba.core.errors import TypingError
+    from numba.extending import intrinsic
+
+    owned = {name for step in steps for name in step.outputs}
+    last_use = {name: index for index, step in enumerate(steps) for name in step.inputs}
+    structure = grouped(arguments)
+
+    def typer(typingctx, *given):
+        given_types = dict(_leaves(structure, given, lambda type_, position: type_[position]))
+        value_types = {name: types.unliteral(type_) for name, type_ in given_types.items()}
+        value_types.update((name, _global_type(typingctx, value))
+                           for name, value in embedded.items())
+        calls = []
+        for step in steps:
+            signature = tuple(value_types[name] for name in step.inputs)
+            compiled, by_symbol = serve(step.kernel, signature)
+            result = compiled.signature.return_type
+            if len(step.outputs) == 1:
+                results = [result]
+            elif isinstance(result, types.BaseTuple) and len(result) == len(step.outputs):
+                results = list(result.types)
+            else:
+                raise TypingError(f"{step.kernel} returned {result}, not {len(step.outputs)} "
+                                  "values")
+            value_types.update(zip(step.outputs, results, strict=True))
+            calls.append((compiled, by_symbol))
+        return_type = (types.BaseTuple.from_types([value_types[name] for name in returned])
+                       if returned else types.none)
+
+        def codegen(context, builder, signature, given_values):
+            values = {name: context.cast(builder, value, given_types[name], value_types[name])
+                      for name, value in _leaves(structure, given_values, builder.extract_value)}
+            values.update((name, context.get_constant_generic(builder, value_types[name], value))
+                          for name, value in embedded.items())
+
+            def release(name):
+                if context.enable_nrt:
+                    context.nrt.decref(builder, value_types[name], values[name])
+
+            returned_here = set(returned)
+            for index, (step, (compiled, by_symbol)) in enumerate(zip(steps, calls)):
+                # A block per call: numba names the blocks of a call's error check after
+                # the block it is in, and the names would grow with every call (the IR
+                # text of a large graph would be quadratic in its number of nodes).
+                block = builder.append_basic_block(f"step{index}")
+                builder.branch(block)
+                builder.position_at_end(block)
+                if not by_symbol:
+                    context.add_linking_libs([compiled.library])
+                result = emit_call(context, builder, compiled,
+                                   [values[name] for name in step.inputs])
+                if len(step.outputs) == 1:
+                    values[step.outputs[0]] = result
+                else:
+                    values.update(zip(step.outputs, (builder.extract_value(result, position)
+                                                     for position in range(len(step.outputs)))))
+                for name in dict.fromkeys([*step.inputs, *step.outputs]):
+                    if name in owned and name not in returned_here and last_use.get(name, -1) <= index:
+                        release(name)
+            if not returned:
+                return context.get_dummy_value()
+            handed = set()
+            for name in returned:
+                if name in owned and name not in handed:
+                    handed.add(name)
+                elif context.enable_nrt:
+                    context.nrt.incref(builder, value_types[name], values[name])
+            return context.make_tuple(builder, return_type, [values[name] for name in returned])
+
+        return return_type(*given), codegen
+
+    # numba's intrinsics take a fixed number of arguments.
+    names = ", ".join(f"a{position}" for position in range(len(structure)))
+    source = (f"def body(typingctx{', ' if names else ''}{names}):\n"
+              f"    return typer(typingctx{', ' if names else ''}{names})\n")
+    return intrinsic(compile_function(source, "body", f"<numba_cache graph body {len(steps)}>",
+                                      {"typer": typer}))
+
+
+def _leaves(entries: list, items, item_at: Callable):
+    """``(name, item)`` for each name in `entries` (grouped names), its item found in
+    `items` (one per entry) by ``item_at(group's item, position)`` for grouped names."""
+    for entry, item in zip(entries, items, strict=True):
+        if isinstance(entry, list):
+            yield from _leaves(entry, [item_at(item, position) for position in range(len(entry))],
+                               item_at)
+        else:
+            yield entry, item
+
+
+def _global_type(typingctx, value):
+    """The type numba gives `value` as a global of nopython code, literals made plain:
+    an array is read-only (``TypeInferer.typeof_global``)."""
+    from numba.core import types
+
+    type_ = typingctx.resolve_value_type(value)
+    if isinstance(type_, types.Array):
+        return type_.copy(readonly=True)
+    return types.unliteral(type_)

@@ -1,0 +1,152 @@
+"""A graph kernel's body (numba_cache/kernels/graph_body.py) counts references as numba would.
+
+Its intrinsic emits the op kernel calls and the reference counts that numba's
+lowering of one Python statement per node gave: a release missing leaks every
+call's intermediates, one too many frees an array still in use. Each process
+here runs two graphs: a function with a two-output kernel (one output unused)
+and values read by several nodes; and, through the linker alone (PyTensor's
+functions copy such outputs first), a graph returning its input, a constant and
+one value twice. It counts numba's allocations over 50 calls
+(``NUMBA_NRT_STATS``) and checks that the results of the first call are intact
+after them. Cold and warm processes give the same bits; PyTensor's ``NUMBA`` is
+the reference, within ``NUMBA_ULP_BOUND``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import run_python
+
+from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance
+
+SCRIPT = """
+import gc, json
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import numba_cache
+from numba.core.runtime import rtsys
+from pytensor.graph.fg import FunctionGraph
+from pytensor.link.numba.linker import NumbaLinker
+from numba_cache.integration.linker import NumbaCacheLinker
+
+x = pt.dvector("x")
+m = pt.dmatrix("m")
+eigenvalues, _ = pt.linalg.eigh(m)  # a two-output kernel, one output unused
+e = pt.exp(x)
+# exp(x) and its sum fuse into one two-output kernel.
+outputs = [e, eigenvalues, (e * 2.0).sum() + pt.max(x), pt.log1p(e) * e]
+function = pytensor.function([x, m], outputs, mode={mode!r})
+point = [np.linspace(-1.0, 1.0, 7), np.array([[2.0, 1.0], [1.0, 3.0]])]
+
+y = pt.dvector("y")
+exp_y = pt.exp(y)
+constant = pt.constant(np.arange(3.0))
+linker = {{"NUMBA": NumbaLinker, "NUMBA_CACHE": NumbaCacheLinker}}[{mode!r}]()
+fgraph = FunctionGraph([y], [y, exp_y, exp_y, constant, exp_y + constant], clone=False)
+thunk, inputs, outputs = linker.accept(fgraph).make_thunk()
+
+def call_linked():
+    inputs[0].storage[0] = np.linspace(0.0, 1.0, 3)
+    thunk()
+    values = [output.storage[0] for output in outputs]
+    for output in outputs:  # the caller holds the results, as a function's caller does
+        output.storage[0] = None
+    return values
+
+first = [*function(*point), *call_linked()]
+kept = [np.array(value, copy=True) for value in first]
+gc.collect()
+before = rtsys.get_allocation_stats()
+for _ in range(50):
+    function(*point)
+    call_linked()
+gc.collect()
+after = rtsys.get_allocation_stats()
+nodes = function.maker.fgraph.apply_nodes
+print(json.dumps({{
+    "allocated": after.mi_alloc - before.mi_alloc,
+    "alive": (after.mi_alloc - after.mi_free) - (before.mi_alloc - before.mi_free),
+    "multi_output_nodes": sum(len(node.outputs) > 1 for node in nodes),
+    "intact": all(np.array_equal(a, b) for a, b in zip(kept, first, strict=True)),
+    "values": [np.asarray(value).tolist() for value in first],
+    "stats": dict(numba_cache.session_stats()),
+}}))
+"""
+
+
+def run(mode: str) -> dict:
+    return run_python(SCRIPT.format(mode=mode), {"NUMBA_NRT_STATS": "1"})
+
+
+def test_references_are_released_and_results_intact_cold_and_warm():
+    reference = run("NUMBA")
+    cold = run("NUMBA_CACHE")
+    warm = run("NUMBA_CACHE")
+    assert cold["stats"].get("graph.miss") == 2 and warm["stats"].get("graph.hit") == 2
+    assert warm["values"] == cold["values"]  # JSON floats round-trip exactly
+    assert cold["multi_output_nodes"] >= 2  # the graph still has what it is meant to test
+    for report in (reference, cold, warm):
+        # Every call allocates its intermediates and results; none outlives the call
+        # but the results, which Python frees when it drops them.
+        assert report["allocated"] >= 50 * 6
+        assert report["alive"] == 0
+        assert report["intact"]
+    assert max_ulp_distance([np.asarray(value) for value in cold["values"]],
+                            [np.asarray(value) for value in reference["values"]]) <= NUMBA_ULP_BOUND
+
+
+MANY_INPUTS = """
+import json
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import numba_cache
+
+# More inputs than a generated call may pass (ARGUMENTS_PER_CALL): grouped in tuples.
+inputs = [pt.dvector(f"x{{position}}") for position in range({count})]
+total = sum(pt.sin(x) * (position + 1) for position, x in enumerate(inputs))
+function = pytensor.function(inputs, [total, inputs[-1] * 2.0], mode={mode!r})
+values = function(*[np.linspace(0.0, 1.0, 3) + position for position in range({count})])
+print(json.dumps({{"values": [np.asarray(value).tolist() for value in values],
+                  "stats": dict(numba_cache.session_stats())}}))
+"""
+
+
+def test_a_graph_of_many_inputs_gets_them_all_in_order():
+    count = 40
+    reference = run_python(MANY_INPUTS.format(count=count, mode="NUMBA"))
+    cold = run_python(MANY_INPUTS.format(count=count, mode="NUMBA_CACHE"))
+    warm = run_python(MANY_INPUTS.format(count=count, mode="NUMBA_CACHE"))
+    assert cold["stats"].get("graph.miss") == 1 and warm["stats"].get("graph.hit") == 1
+    assert warm["values"] == cold["values"]
+    assert max_ulp_distance([np.asarray(value) for value in cold["values"]],
+                            [np.asarray(value) for value in reference["values"]]) <= NUMBA_ULP_BOUND
+
+
+def test_arguments_nested_in_groups_reach_their_steps():
+    """300 arguments: groups of groups (ARGUMENTS_PER_CALL squared is 256), unpacked
+    in order; each step is a call by symbol of a kernel tripling its argument."""
+    import numba
+
+    from numba_cache.codegen.module import compile_function
+    from numba_cache.codegen.sources import ARGUMENTS_PER_CALL, Step, _spelled, grouped
+    from numba_cache.kernels.graph_body import graph_body
+
+    count = 300
+    assert count > ARGUMENTS_PER_CALL ** 2
+    triple = numba.core.registry.CPUDispatcher(
+        py_func=lambda x: x * 3.0, locals={},
+        targetoptions={"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+
+    def serve(kernel, signature):
+        triple.compile(signature)
+        return triple.overloads[signature], True
+
+    names = [f"a{position}" for position in range(count)]
+    steps = [Step("k", (name,), (f"v{position}",)) for position, name in enumerate(names)]
+    returned = ["v0", "v17", "v255", "v256", "v299"]
+    body = graph_body(names, {}, steps, returned, serve)
+    offsets = grouped([f"x + {position}.0" for position in range(count)])
+    source = f"def run(x):\n    return graph_body({_spelled(offsets)})\n"
+    run = numba.njit(compile_function(source, "run", "<test graph body>", {"graph_body": body}))
+    assert run(1.0) == tuple(3.0 * (1.0 + int(name[1:])) for name in returned)
