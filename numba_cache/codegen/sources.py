@@ -34,7 +34,7 @@ GRAPH_BODY = "graph_body"
 #: The most arguments a generated call, or tuple of arguments, has. CPython compiles a
 #: call of more than 30 positional arguments into a call with a star argument, which
 #: numba lowers by building one tuple, element by element: IR text quadratic in the
-#: number of arguments (9 MB of a large model's 17 MB, at 900 constants).
+#: number of arguments (9 MB for the large benchmark model's 900 constants).
 ARGUMENTS_PER_CALL = 16
 
 
