@@ -41,6 +41,20 @@ def test_a_seam_check_that_fails_is_reported_with_what_moved():
     assert problem.startswith("numba ") and "moved probe" in problem and "the probe is gone" in problem
 
 
+def test_a_call_function_made_otherwise_fails_its_seam(monkeypatch):
+    """call_reusing_slots repeats the steps of numba's call_function: another body fails it."""
+    from numba.core import callconv
+
+    def call_function(self, builder, callee, resty, argtys, args, attrs=None):
+        raise NotImplementedError
+
+    [seam] = [seam for seam in SEAMS if seam.name.startswith("CPUCallConv.call_function")]
+    assert _compat.problems([seam]) == []
+    monkeypatch.setattr(callconv.CPUCallConv, "call_function", call_function)
+    [problem] = _compat.problems([seam])
+    assert "no longer makes a call as call_reusing_slots repeats it" in problem
+
+
 def test_the_data_property_is_installed_only_while_rewriting(tmp_path, monkeypatch):
     """numba_cache watches data reads through a property on TensorConstant.data while it
     rewrites; before and after, the class is PyTensor's own."""

@@ -102,3 +102,27 @@ def target_machine(codegen):
 def data_layout(codegen) -> str:
     """The data layout of that target machine (``JITCPUCodegen._data_layout``)."""
     return codegen._data_layout
+
+
+def call_reusing_slots(context, builder, callee, return_type, argument_types, arguments,
+                       slots: dict) -> tuple:
+    """numba's ``CPUCallConv.call_function``, with the slots the callee writes its return
+    value and exception into taken from `slots` (one per LLVM type, made on first use)
+    rather than new ones at each call: a function of many calls keeps a few stack slots,
+    not two a call. Uses ``_get_arg_packer``, ``_get_return_status`` and ``excinfo_t``."""
+    from llvmlite import ir
+    from numba.core import callconv, cgutils
+
+    call_conv = context.call_conv
+    return_slot_type = call_conv.get_return_type(return_type).pointee
+    excinfo_slot_type = ir.PointerType(callconv.excinfo_t)
+    for slot_type, name in ((return_slot_type, "retval"), (excinfo_slot_type, "excinfo")):
+        if slot_type not in slots:
+            slots[slot_type] = cgutils.alloca_once(builder, slot_type, name=name)
+    return_slot, excinfo_slot = slots[return_slot_type], slots[excinfo_slot_type]
+    builder.store(cgutils.get_null_value(return_slot_type), return_slot)
+    packed = list(call_conv._get_arg_packer(argument_types).as_arguments(builder, arguments))
+    code = builder.call(callee, [return_slot, excinfo_slot, *packed])
+    status = call_conv._get_return_status(builder, code, builder.load(excinfo_slot))
+    value = context.get_returned_value(builder, return_type, builder.load(return_slot))
+    return status, value

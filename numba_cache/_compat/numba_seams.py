@@ -146,6 +146,26 @@ def calls_by_symbol() -> None:
             "the caller's module no longer only declares the callee")
 
 
+@seam("CPUCallConv.call_function (_get_arg_packer, _get_return_status, excinfo_t)", "numba",
+      WRITTEN_FOR, "_compat/numba_internals.py (call_reusing_slots), kernels/graph_body.py")
+def call_function_steps() -> None:
+    """call_reusing_slots repeats call_function's steps with slots of its own: they must
+    still be these (the probe's caller ran through it and gave the right value)."""
+    from numba.core import callconv
+
+    _symbol_call_probe()
+    source = inspect.getsource(callconv.CPUCallConv.call_function)
+    steps = ("self._get_arg_packer(argtys)", "arginfo.as_arguments(builder, args)",
+             "realargs = [retvaltmp, excinfoptr] + args",
+             "self._get_return_status(builder, code,", "builder.load(excinfoptr)",
+             "self.context.get_returned_value(builder, resty, retval)")
+    missing = [step for step in steps if step not in source]
+    require(not missing, "CPUCallConv.call_function no longer makes a call as "
+            f"call_reusing_slots repeats it (not found: {missing})")
+    require(isinstance(callconv.excinfo_t, callconv.ir.LiteralStructType),
+            "callconv.excinfo_t is gone")
+
+
 @seam("rtsys.initialize (nrtdynmod.compile_nrt_functions)", "numba", WRITTEN_FOR,
       "kernels/runtime.py")
 def runtime_library() -> None:

@@ -23,6 +23,7 @@ as numba's lowering of a call does (values alive then are not released, as in nu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from numba_cache.codegen.module import compile_function
@@ -40,7 +41,6 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
     call it by symbol (else its library is linked in, as numba links a dispatcher's).
     """
     from numba.core import types
-    from numba.core.errors import TypingError
     from numba.extending import intrinsic
 
     owned = {name for step in steps for name in step.outputs}
@@ -57,15 +57,16 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
             signature = tuple(value_types[name] for name in step.inputs)
             compiled, by_symbol = serve(step.kernel, signature)
             result = compiled.signature.return_type
+            unpacked = None
             if len(step.outputs) == 1:
                 results = [result]
             elif isinstance(result, types.BaseTuple) and len(result) == len(step.outputs):
                 results = list(result.types)
-            else:
-                raise TypingError(f"{step.kernel} returned {result}, not {len(step.outputs)} "
-                                  "values")
+            else:  # a list, say: unpacked as numba unpacks it, checked at run time
+                unpacked = _unpacked(len(step.outputs), result)
+                results = list(unpacked.signature.return_type.types)
             value_types.update(zip(step.outputs, results, strict=True))
-            calls.append((compiled, by_symbol))
+            calls.append((compiled, by_symbol, unpacked))
         return_type = (types.BaseTuple.from_types([value_types[name] for name in returned])
                        if returned else types.none)
 
@@ -80,7 +81,8 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
                     context.nrt.decref(builder, value_types[name], values[name])
 
             returned_here = set(returned)
-            for index, (step, (compiled, by_symbol)) in enumerate(zip(steps, calls)):
+            slots: dict = {}
+            for index, (step, (compiled, by_symbol, unpacked)) in enumerate(zip(steps, calls)):
                 # A block per call: numba names the blocks of a call's error check after
                 # the block it is in, and the names would grow with every call (the IR
                 # text of a large graph would be quadratic in its number of nodes).
@@ -90,7 +92,12 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
                 if not by_symbol:
                     context.add_linking_libs([compiled.library])
                 result = emit_call(context, builder, compiled,
-                                   [values[name] for name in step.inputs])
+                                   [values[name] for name in step.inputs], slots)
+                if unpacked is not None:
+                    context.add_linking_libs([unpacked.library])
+                    packed, result = result, emit_call(context, builder, unpacked, [result], slots)
+                    if context.enable_nrt:  # the unpacked values hold references of their own
+                        context.nrt.decref(builder, compiled.signature.return_type, packed)
                 if len(step.outputs) == 1:
                     values[step.outputs[0]] = result
                 else:
@@ -128,6 +135,24 @@ def _leaves(entries: list, items, item_at: Callable):
                                item_at)
         else:
             yield entry, item
+
+
+@functools.cache
+def _unpacker(count: int):
+    """A numba function unpacking its argument into a tuple of `count` values, as the
+    statement ``v0, v1, ... = value`` does (a length other than `count` raises)."""
+    import numba
+
+    names = ", ".join(f"v{position}" for position in range(count))
+    source = f"def unpack(values):\n    {names} = values\n    return ({names},)\n"
+    return numba.njit(compile_function(source, "unpack", f"<numba_cache unpack {count}>"))
+
+
+def _unpacked(count: int, packed_type):
+    """The compile result unpacking a `packed_type` value into `count` values."""
+    unpacker = _unpacker(count)
+    unpacker.compile((packed_type,))
+    return unpacker.overloads[(packed_type,)]
 
 
 def _global_type(typingctx, value):
