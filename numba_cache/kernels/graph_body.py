@@ -8,12 +8,16 @@ have; lowering it emits the graph's constants, the calls
 (:func:`.symbol_calls.emit_call`), the unpacking of multi-output results and the
 reference counts numba's lowering of one Python statement per node gave:
 
-- tensor and scalar constants are typed and embedded as numba types and embeds a
-  global (an array read-only, through ``get_constant_generic``); other constants are
-  arguments, globals of the graph function that numba types itself;
+- tensor and scalar constants are embedded here, typed and made as numba types and
+  makes a global (an array is read-only; ``get_constant_generic``); other constants
+  are arguments, globals of the graph function that numba types itself;
 - the arguments (inputs, hidden constants, other constants) are borrowed;
-- an op kernel's results are owned, and released after their last use unless returned;
+- an op kernel's results are owned, and released after their last use unless returned
+  (a list holding several outputs is unpacked by a small numba function, then released);
 - each value returned carries a reference of its own.
+
+The calls share the stack slots their callees write results into (see
+:func:`.symbol_calls.emit_call`).
 
 Before, numba typed and lowered one Python statement per node: on the large benchmark
 model about 1,000 calls, 4,000 variables to type and 85,000 LLVM instructions to build,
