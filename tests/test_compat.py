@@ -42,7 +42,7 @@ def test_a_seam_check_that_fails_is_reported_with_what_moved():
 
 
 def test_a_call_function_made_otherwise_fails_its_seam(monkeypatch):
-    """call_reusing_slots repeats the steps of numba's call_function: another body fails it."""
+    """call_reusing_slots repeats the steps of numba's call_function: another fails it."""
     from numba.core import callconv
 
     def call_function(self, builder, callee, resty, argtys, args, attrs=None):

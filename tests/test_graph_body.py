@@ -4,18 +4,18 @@ Its intrinsic emits the op kernel calls and the reference counts that numba's
 lowering of one Python statement per node gave: a release missing leaks every
 call's intermediates, one too many frees an array still in use. Each process
 here runs two graphs: a function with two-output kernels (one returning a
-tuple, one output unused; Nonzero's, returning a list) and values read by several nodes; and, through the linker alone (PyTensor's
-functions copy such outputs first), a graph returning its input, a constant and
-one value twice. It counts numba's allocations over 50 calls
-(``NUMBA_NRT_STATS``) and checks that the results of the first call are intact
-after them. Cold and warm processes give the same bits; PyTensor's ``NUMBA`` is
-the reference, within ``NUMBA_ULP_BOUND``.
+tuple, one output unused; Nonzero's, returning a list) and values read by
+several nodes; and, through the linker alone (PyTensor's functions copy such
+outputs first), a graph returning its input, a constant and one value twice.
+It counts numba's allocations over 50 calls (``NUMBA_NRT_STATS``) and checks
+that the results of the first call are intact after them. Cold and warm
+processes give the same bits; PyTensor's ``NUMBA`` is the reference, within
+``NUMBA_ULP_BOUND``.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from helpers import run_python
 
 from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance

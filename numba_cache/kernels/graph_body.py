@@ -108,7 +108,8 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
                     values.update(zip(step.outputs, (builder.extract_value(result, position)
                                                      for position in range(len(step.outputs)))))
                 for name in dict.fromkeys([*step.inputs, *step.outputs]):
-                    if name in owned and name not in returned_here and last_use.get(name, -1) <= index:
+                    last = last_use.get(name, -1)
+                    if name in owned and name not in returned_here and last <= index:
                         release(name)
             if not returned:
                 return context.get_dummy_value()
