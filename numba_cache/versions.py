@@ -26,7 +26,8 @@ CODEGEN = 6
 #: The body of graph kernels, part of graph kernel keys only: op kernels are unchanged.
 #: 1: the op kernel calls are emitted by one intrinsic (``kernels/graph_body.py``);
 #: before, numba typed and lowered one generated Python statement per node.
-GRAPH_BODY = 1
+#: 2: a body of many calls is split into functions (``CALLS_PER_FUNCTION``).
+GRAPH_BODY = 2
 
 #: The stored form of a rewritten graph, or what rewriting produces; part of every rewrite key.
 #: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with

@@ -16,6 +16,7 @@ processes give the same bits; PyTensor's ``NUMBA`` is the reference, within
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from helpers import run_python
 
 from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance
@@ -25,6 +26,9 @@ import gc, json
 import numpy as np
 import pytensor, pytensor.tensor as pt
 import numba_cache
+from numba_cache.kernels import graph_body
+if {calls_per_function!r} is not None:
+    graph_body.CALLS_PER_FUNCTION = {calls_per_function!r}
 from numba.core.runtime import rtsys
 from pytensor.graph.fg import FunctionGraph
 from pytensor.link.numba.linker import NumbaLinker
@@ -76,14 +80,18 @@ print(json.dumps({{
 """
 
 
-def run(mode: str) -> dict:
-    return run_python(SCRIPT.format(mode=mode), {"NUMBA_NRT_STATS": "1"})
+def run(mode: str, calls_per_function: int | None = None) -> dict:
+    return run_python(SCRIPT.format(mode=mode, calls_per_function=calls_per_function),
+                      {"NUMBA_NRT_STATS": "1"})
 
 
-def test_references_are_released_and_results_intact_cold_and_warm():
+@pytest.mark.parametrize("calls_per_function", [None, 1], ids=["one function", "a function a call"])
+def test_references_are_released_and_results_intact_cold_and_warm(calls_per_function):
+    """Also with the body split into functions (graph_body.CALLS_PER_FUNCTION), the values
+    passing between them through the frame."""
     reference = run("NUMBA")
-    cold = run("NUMBA_CACHE")
-    warm = run("NUMBA_CACHE")
+    cold = run("NUMBA_CACHE", calls_per_function)
+    warm = run("NUMBA_CACHE", calls_per_function)
     assert cold["stats"].get("graph.miss") == 2 and warm["stats"].get("graph.hit") == 2
     assert warm["values"] == cold["values"]  # JSON floats round-trip exactly
     # The graph still has what it is meant to test.

@@ -17,7 +17,13 @@ reference counts numba's lowering of one Python statement per node gave:
 - each value returned carries a reference of its own.
 
 The calls share the stack slots their callees write results into (see
-:func:`.symbol_calls.emit_call`).
+:func:`.symbol_calls.emit_call`). A body of more than :data:`CALLS_PER_FUNCTION`
+calls is emitted as that many LLVM functions called in turn, the values passing
+between them through a frame on the caller's stack: LLVM holds a function's
+machine code whole while it makes it, and the large benchmark model's graph
+kernel (about 1,000 calls) in one function added 90 MiB to its compile's peak
+memory (measured with parts of 50 to 400 calls: the same compile time and per-call
+time, the peak lowest from 50 to 200).
 
 Before, numba typed and lowered one Python statement per node: on the large benchmark
 model about 1,000 calls, 4,000 variables to type and 85,000 LLVM instructions to build,
@@ -28,11 +34,16 @@ as numba's lowering of a call does (values alive then are not released, as in nu
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 
+from numba_cache._compat import numba_internals
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import grouped
 from numba_cache.kernels.symbol_calls import emit_call
+
+#: The most op kernel calls emitted in one LLVM function (the body is split in parts).
+CALLS_PER_FUNCTION = 100
 
 
 def graph_body(arguments: list, embedded: dict, steps: list, returned: list, serve: Callable):
@@ -48,7 +59,6 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
     from numba.extending import intrinsic
 
     owned = {name for step in steps for name in step.outputs}
-    last_use = {name: index for index, step in enumerate(steps) for name in step.inputs}
     structure = grouped(arguments)
 
     def typer(typingctx, *given):
@@ -79,38 +89,12 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
                       for name, value in _leaves(structure, given_values, builder.extract_value)}
             values.update((name, context.get_constant_generic(builder, value_types[name], value))
                           for name, value in embedded.items())
-
-            def release(name):
-                if context.enable_nrt:
-                    context.nrt.decref(builder, value_types[name], values[name])
-
-            returned_here = set(returned)
-            slots: dict = {}
-            for index, (step, (compiled, by_symbol, unpacked)) in enumerate(zip(steps, calls)):
-                # A block per call: numba names the blocks of a call's error check after
-                # the block it is in, and the names would grow with every call (the IR
-                # text of a large graph would be quadratic in its number of nodes).
-                block = builder.append_basic_block(f"step{index}")
-                builder.branch(block)
-                builder.position_at_end(block)
-                if not by_symbol:
-                    context.add_linking_libs([compiled.library])
-                result = emit_call(context, builder, compiled,
-                                   [values[name] for name in step.inputs], slots)
-                if unpacked is not None:
-                    context.add_linking_libs([unpacked.library])
-                    packed, result = result, emit_call(context, builder, unpacked, [result], slots)
-                    if context.enable_nrt:  # the unpacked values hold references of their own
-                        context.nrt.decref(builder, compiled.signature.return_type, packed)
-                if len(step.outputs) == 1:
-                    values[step.outputs[0]] = result
-                else:
-                    values.update(zip(step.outputs, (builder.extract_value(result, position)
-                                                     for position in range(len(step.outputs)))))
-                for name in dict.fromkeys([*step.inputs, *step.outputs]):
-                    last = last_use.get(name, -1)
-                    if name in owned and name not in returned_here and last <= index:
-                        release(name)
+            emitter = _StepEmitter(context, value_types, steps, calls, returned)
+            parts = _parts(len(steps))
+            if len(parts) == 1:
+                emitter.emit(builder, parts[0], values, {})
+            else:
+                emitter.emit_in_functions(builder, parts, values)
             if not returned:
                 return context.get_dummy_value()
             handed = set()
@@ -129,6 +113,128 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
               f"    return typer(typingctx{', ' if names else ''}{names})\n")
     return intrinsic(compile_function(source, "body", f"<numba_cache graph body {len(steps)}>",
                                       {"typer": typer}))
+
+
+def _parts(count: int) -> list[range]:
+    """The steps of each LLVM function the body is emitted in: one part up to
+    :data:`CALLS_PER_FUNCTION` calls, else parts of nearly equal size."""
+    number = max(1, -(-count // CALLS_PER_FUNCTION))
+    bounds = [count * part // number for part in range(number + 1)]
+    return [range(begin, end) for begin, end in itertools.pairwise(bounds)]
+
+
+class _StepEmitter:
+    """Emits the calls of a graph body's steps, and the reference counts around them.
+
+    `calls` holds, per step, what the typer chose: the compile result, whether it
+    is called by symbol, and the compile result unpacking its list of outputs if any.
+    """
+
+    def __init__(self, context, value_types: dict, steps: list, calls: list, returned: list):
+        self.context, self.value_types, self.steps, self.calls = context, value_types, steps, calls
+        self.returned = set(returned)
+        self.owned = {name for step in steps for name in step.outputs}
+        self.last_use = {name: index for index, step in enumerate(steps) for name in step.inputs}
+
+    def emit(self, builder, indices: range, values: dict, slots: dict) -> None:
+        """Emit the steps `indices` with `builder`, reading and adding to `values`
+        (names to LLVM values); the calls share the stack slots in `slots`."""
+        context = self.context
+        for index in indices:
+            step, (compiled, by_symbol, unpacked) = self.steps[index], self.calls[index]
+            # A block per call: numba names the blocks of a call's error check after
+            # the block it is in, and the names would grow with every call (the IR
+            # text of a large graph would be quadratic in its number of nodes).
+            block = builder.append_basic_block(f"step{index}")
+            builder.branch(block)
+            builder.position_at_end(block)
+            if not by_symbol:
+                context.add_linking_libs([compiled.library])
+            result = emit_call(context, builder, compiled,
+                               [values[name] for name in step.inputs], slots)
+            if unpacked is not None:
+                context.add_linking_libs([unpacked.library])
+                packed, result = result, emit_call(context, builder, unpacked, [result], slots)
+                if context.enable_nrt:  # the unpacked values hold references of their own
+                    context.nrt.decref(builder, compiled.signature.return_type, packed)
+            if len(step.outputs) == 1:
+                values[step.outputs[0]] = result
+            else:
+                values.update(zip(step.outputs, (builder.extract_value(result, position)
+                                                 for position in range(len(step.outputs)))))
+            for name in dict.fromkeys([*step.inputs, *step.outputs]):
+                if (name in self.owned and name not in self.returned
+                        and self.last_use.get(name, -1) <= index and context.enable_nrt):
+                    context.nrt.decref(builder, self.value_types[name], values[name])
+
+    def emit_in_functions(self, builder, parts: list[range], values: dict) -> None:
+        """Emit the steps as calls of one LLVM function per part, and add the values
+        returned to `values`.
+
+        The values a part reads from another, or the body returns, pass through a
+        frame: a struct on the caller's stack, each part a function of a pointer to
+        it, with numba's calling convention (an error propagates, as from a call).
+        Register allocation and stack slot colouring cost more than linearly in a
+        function's size, and the machine code of one function is held whole: the
+        large benchmark model's graph kernel (1,000 calls) in one function took about
+        2 ms a call and most of its compile's peak memory.
+        """
+        from llvmlite import ir
+        from numba.core import cgutils, types
+
+        context = self.context
+        part_of = {index: number for number, part in enumerate(parts) for index in part}
+        made_in = {name: part_of[index] for index, step in enumerate(self.steps)
+                   for name in step.outputs}
+        crossing = {name for index, step in enumerate(self.steps) for name in step.inputs
+                    if made_in.get(name) != part_of[index]}
+        crossing |= {name for name in self.returned if name in made_in}
+        slot_of = {name: position for position, name in enumerate(sorted(crossing))}
+        # An array of pointers to the values rather than a struct of them: a struct
+        # type of hundreds of arrays would be spelled out in every access to it.
+        frame = cgutils.alloca_once(builder, ir.ArrayType(cgutils.voidptr_t, len(slot_of)),
+                                    name="frame")
+        for name, position in slot_of.items():
+            value_slot = cgutils.alloca_once(
+                builder, context.get_value_type(self.value_types[name]), name="crossing")
+            builder.store(builder.bitcast(value_slot, cgutils.voidptr_t),
+                          cgutils.gep_inbounds(builder, frame, 0, position))
+
+        def address(part_builder, pointer, name):
+            value_type = context.get_value_type(self.value_types[name])
+            slot = part_builder.load(cgutils.gep_inbounds(part_builder, pointer, 0, slot_of[name]))
+            return part_builder.bitcast(slot, value_type.as_pointer())
+
+        for name in slot_of:
+            if name not in made_in:
+                builder.store(values[name], address(builder, frame, name))
+        slots: dict = {}
+        for number, part in enumerate(parts):
+            function_type = context.call_conv.get_function_type(types.none, [types.voidptr])
+            function = ir.Function(builder.module, function_type,
+                                   name=f"{builder.function.name}.part{number}")
+            function.linkage = "internal"
+            function.attributes.add("noinline")
+            context.call_conv.decorate_function(function, ["frame"], [types.voidptr])
+            part_builder = ir.IRBuilder(function.append_basic_block("entry"))
+            [pointer] = context.call_conv.get_arguments(function)
+            pointer = part_builder.bitcast(pointer, frame.type)
+            read = dict.fromkeys(name for index in part for name in self.steps[index].inputs
+                                 if made_in.get(name) != number)
+            part_values = {name: part_builder.load(address(part_builder, pointer, name))
+                           for name in read}
+            self.emit(part_builder, part, part_values, {})
+            for name in slot_of:
+                if made_in.get(name) == number:
+                    part_builder.store(part_values[name], address(part_builder, pointer, name))
+            context.call_conv.return_value(part_builder, context.get_dummy_value())
+            status, _ = numba_internals.call_reusing_slots(
+                context, builder, function, types.none, [types.voidptr],
+                [builder.bitcast(frame, cgutils.voidptr_t)], slots)
+            with cgutils.if_unlikely(builder, status.is_error):
+                context.call_conv.return_status_propagate(builder, status)
+        values.update((name, builder.load(address(builder, frame, name)))
+                      for name in self.returned if name in made_in)
 
 
 def _leaves(entries: list, items, item_at: Callable):
