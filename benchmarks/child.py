@@ -131,6 +131,7 @@ def main(spec: dict) -> dict:
         "nodes": len(function.maker.fgraph.apply_nodes),
         "outputs": [np.asarray(output).tolist() for output in outputs],
         "numba_cache_imported": "numba_cache" in sys.modules,
+        "numba_cache_package": str(Path(importlib.util.find_spec("numba_cache").origin).parent),
         "peak_rss_bytes": peak,
         "compile_rss_bytes": None if peak is None else peak - resident_before,
     }

@@ -18,6 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BASELINE = "NUMBA"
+#: The checkout these benchmarks belong to: its numba_cache is the one measured.
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def with_this_checkout(environment: dict) -> dict:
+    """`environment` with this checkout first on ``PYTHONPATH``: a child process imports
+    the numba_cache beside the benchmarks, not another one an editable install names."""
+    paths = [str(REPOSITORY), *filter(None, environment.get("PYTHONPATH", "").split(os.pathsep))]
+    return dict(environment, PYTHONPATH=os.pathsep.join(paths))
 
 
 @dataclass(frozen=True)
@@ -36,7 +45,8 @@ class Mode:
     def environment(self, workdir: Path) -> dict:
         """The child environment: this mode's caches and temporary files inside `workdir`."""
         flags = ",".join(filter(None, [self.flags, f"base_compiledir={workdir / 'compiledir'}"]))
-        environment = dict(os.environ, PYTENSOR_FLAGS=flags, TMPDIR=str(workdir / "tmp"))
+        environment = with_this_checkout(
+            dict(os.environ, PYTENSOR_FLAGS=flags, TMPDIR=str(workdir / "tmp")))
         environment.pop("NBCACHE_DISABLE", None)
         environment.pop("NBCACHE_READONLY", None)
         if self.pytensor_mode == "NUMBA_CACHE":

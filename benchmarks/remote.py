@@ -28,7 +28,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # the loopback server of the tests
+sys.path.insert(0, str(HERE.parent))
 
+from benchmarks.modes import with_this_checkout  # noqa: E402
 from redis_server import redis_server  # noqa: E402
 
 SECRET = "benchmark-secret-0123456789abcdef"
@@ -60,8 +62,8 @@ print(json.dumps({"compile_seconds": end - begin, "self_test_seconds": middle - 
 
 
 def run_child(store: Path, url: str) -> dict:
-    env = dict(os.environ, NBCACHE_DIR=str(store), NBCACHE_REMOTE=url,
-               NBCACHE_REMOTE_SECRET=SECRET)
+    env = with_this_checkout(dict(os.environ, NBCACHE_DIR=str(store), NBCACHE_REMOTE=url,
+                                  NBCACHE_REMOTE_SECRET=SECRET))
     begin = time.perf_counter()
     process = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
                              text=True, check=False)

@@ -27,9 +27,8 @@ if __package__ in (None, ""):  # run as a script: make the `benchmarks` package 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import plot, report  # noqa: E402
+from benchmarks.modes import REPOSITORY  # noqa: E402
 from benchmarks.suite import full_plan, run_plan, smoke_plan  # noqa: E402
-
-REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 def machine() -> dict:

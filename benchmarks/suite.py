@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.child import FIRST_RESULT, OURS
-from benchmarks.modes import MODES, Mode, disk_usage
+from benchmarks.modes import MODES, REPOSITORY, Mode, disk_usage
 from numba_cache.evaluation.models import RADON_VARIANTS
 
 CHILD = Path(__file__).with_name("child.py")
@@ -101,6 +101,9 @@ def run_child(spec: dict, environment: dict) -> dict:
             last = [line for line in stderr.read().splitlines() if line.strip()][-1:]
             raise ChildFailed(f"{spec['mode']} {spec['function']}{spec['kwargs']}: {''.join(last)}")
     report = json.loads(lines[-1])
+    if not Path(report["numba_cache_package"]).is_relative_to(REPOSITORY):
+        raise ChildFailed(f"the child imported the numba_cache at {report['numba_cache_package']}, "
+                          f"not this checkout's ({REPOSITORY})")
     report["process_seconds"] = first_result
     return report
 
