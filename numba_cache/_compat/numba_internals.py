@@ -111,7 +111,7 @@ def call_reusing_slots(context, builder, callee, return_type, argument_types, ar
     rather than new ones at each call: a function of many calls keeps a few stack slots,
     not two a call. Uses ``_get_arg_packer``, ``_get_return_status`` and ``excinfo_t``."""
     from llvmlite import ir
-    from numba.core import callconv, cgutils
+    from numba.core import callconv, cgutils, types
 
     call_conv = context.call_conv
     return_slot_type = call_conv.get_return_type(return_type).pointee
@@ -120,7 +120,10 @@ def call_reusing_slots(context, builder, callee, return_type, argument_types, ar
         if slot_type not in slots:
             slots[slot_type] = cgutils.alloca_once(builder, slot_type, name=name)
     return_slot, excinfo_slot = slots[return_slot_type], slots[excinfo_slot_type]
-    builder.store(cgutils.get_null_value(return_slot_type), return_slot)
+    if isinstance(return_type, types.Optional | types.NoneType):
+        # Only these return without writing the slot (numba's RETCODE_NONE), which
+        # must then read as None; a slot read after any other success was written.
+        builder.store(cgutils.get_null_value(return_slot_type), return_slot)
     packed = list(call_conv._get_arg_packer(argument_types).as_arguments(builder, arguments))
     code = builder.call(callee, [return_slot, excinfo_slot, *packed])
     status = call_conv._get_return_status(builder, code, builder.load(excinfo_slot))
