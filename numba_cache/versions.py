@@ -26,7 +26,9 @@ CODEGEN = 6
 #: The body of graph kernels, part of graph kernel keys only: op kernels are unchanged.
 #: 1: the op kernel calls are emitted by one intrinsic (``kernels/graph_body.py``);
 #: before, numba typed and lowered one generated Python statement per node.
-#: 2: a body of many calls is split into functions (``CALLS_PER_FUNCTION``).
+#: 2: a body of many calls is split into functions (``CALLS_PER_FUNCTION``); fused
+#: kernels take their additive and multiplicative constants as arguments
+#: (``codegen/lifted_constants.py``).
 GRAPH_BODY = 2
 
 #: The stored form of a rewritten graph, or what rewriting produces; part of every rewrite key.
@@ -37,7 +39,9 @@ GRAPH_BODY = 2
 #: 4: entries hold the digest of the kernel source of the rewritten graph, which
 #: a restored graph must reproduce (version 3 restores lacked the destroy orderings).
 #: 5: the graph kernel key is stored as JSON, which ``verify`` checks without unpickling.
-REWRITE_CACHE = 5
+#: 6: the kernel source of a graph calls fused kernels with their constants lifted
+#: (``codegen/lifted_constants.py``): version 5 digests no longer match.
+REWRITE_CACHE = 6
 
 #: The on-disk record of one entry (``store/record.py``), in its magic ``NBCACHE<n>``;
 #: version 2 records (every blob raw) are still read.

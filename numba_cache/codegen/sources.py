@@ -13,6 +13,8 @@ from textwrap import indent
 
 from pytensor.graph.basic import Constant
 
+from numba_cache.codegen.lifted_constants import lifted
+
 _IDENTIFIER_UNSAFE = re.compile(r"\W+")
 
 
@@ -58,7 +60,9 @@ class GraphSource:
     lists them as comments. The `embedded` constants (tensors and scalars) are
     not arguments: the body embeds them itself, as numba embeds a global.
 
-    `kernels` maps global names to apply nodes (each needs an op kernel);
+    `kernels` maps global names to the apply nodes each op kernel computes: the
+    graph's own, or one taking its scalar constants as inputs
+    (:mod:`.lifted_constants`);
     `constants` maps global names to constants frozen into the kernel;
     `hidden` lists the constants passed as trailing arguments ``h0, h1, ...``.
     """
@@ -118,16 +122,17 @@ def graph_source(fgraph, function_name: str, hidden: list, order: list) -> Graph
     lines = []
     steps = []
     for index, node in enumerate(order):
-        inputs = tuple(name_of(variable) for variable in node.inputs)
+        computed = lifted(node)
+        inputs = tuple(name_of(variable) for variable in computed.inputs)
         outputs = []
         for position, output in enumerate(node.outputs):
             names[output] = f"v{index}_{position}"
             outputs.append(names[output])
         kernel = f"k{index}"
-        kernels[kernel] = node
+        kernels[kernel] = computed
         steps.append(Step(kernel, inputs, tuple(outputs)))
         # The op only: printing the node would print its constants, slowly.
-        lines.append(indent(str(node.op), "# "))
+        lines.append(indent(str(computed.op), "# "))
         lines.append(f"# {', '.join(outputs)} = {kernel}({', '.join(inputs)})")
 
     returned = [name_of(variable) for variable in fgraph.outputs]

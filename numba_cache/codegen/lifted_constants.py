@@ -1,0 +1,101 @@
+"""Scalar constants of a fused elemwise kernel passed to it as arguments, not baked in.
+
+PyTensor's fusion bakes the scalar constants of a fused elemwise (``Composite``)
+into its code: a prior's scale or a dataset's size is part of the kernel, so a
+model variant, or the same model on a dataset of other sizes, compiles its fused
+kernels again. The kernel of :func:`lifted` takes such constants as inputs of
+their own (tensors of ones in every dimension, which the glue embeds), so it is
+keyed by the structure of the computation alone and serves every value.
+
+Only floating-point constants read by additions, subtractions and multiplications
+alone are lifted: for these the operation is the same IEEE operation whether its
+operand is a literal or a value read at run time. LLVM specialises code on other
+constants (``x ** 2.0`` becomes ``x * x``, a division by a constant a
+multiplication under fastmath, an integer or comparison constant folds into
+branches): those stay baked. A lifted kernel gives the bits of the baked one
+except where fastmath's reassociation used the constant's value (within
+:data:`numba_cache.evaluation.compare.NUMBA_ULP_BOUND` of PyTensor's ``NUMBA``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+#: The scalar ops (by class name in ``pytensor.scalar.basic``) whose floating-point
+#: constant operands are lifted.
+LIFTED_READERS = ("Add", "Sub", "Mul")
+
+
+def lifted(node):
+    """The node whose kernel computes `node`: `node` itself, or, for a ``Composite`` (on
+    scalars, or in an elemwise) with liftable constants, an equivalent node taking them
+    as trailing inputs (new constants; `node`'s own inputs first, in order)."""
+    from pytensor.scalar import Composite
+    from pytensor.tensor.elemwise import Elemwise
+
+    op = node.op
+    try:
+        if isinstance(op, Composite):
+            replacement = _lifted_scalar(node)
+        elif isinstance(op, Elemwise) and isinstance(op.scalar_op, Composite):
+            replacement = _lifted_elemwise(node)
+        else:
+            return node
+    except Exception:  # noqa: BLE001 - a graph PyTensor will not rebuild keeps its baked kernel
+        return node
+    if replacement is None or ([output.type for output in replacement.outputs]
+                               != [output.type for output in node.outputs]):
+        return node
+    return replacement
+
+
+def _lifted_scalar(node):
+    lifting = _lifted_composite(node.op)
+    if lifting is None:
+        return None
+    composite, liftable = lifting
+    return composite.make_node(*node.inputs, *(constant.clone() for constant in liftable))
+
+
+def _lifted_elemwise(node):
+    from pytensor.tensor import constant as tensor_constant
+    from pytensor.tensor.elemwise import Elemwise
+
+    lifting = _lifted_composite(node.op.scalar_op)
+    if lifting is None:
+        return None
+    composite, liftable = lifting
+    elemwise = Elemwise(composite, inplace_pattern=node.op.inplace_pattern)
+    ndim = node.outputs[0].type.ndim
+    values = [tensor_constant(np.full((1,) * ndim, constant.data, dtype=constant.type.dtype))
+              for constant in liftable]
+    return elemwise.make_node(*node.inputs, *values)
+
+
+@functools.lru_cache(maxsize=4096)
+def _lifted_composite(composite):
+    """A ``Composite`` computing `composite` with its liftable constants as trailing
+    inputs, and those constants; None if it has none."""
+    from pytensor.graph.basic import Constant
+    from pytensor.graph.replace import clone_replace
+    from pytensor.scalar import Composite
+
+    inner = composite.fgraph.unfreeze()
+    liftable = [variable for variable, clients in inner.clients.items()
+                if isinstance(variable, Constant) and _liftable(variable, clients)]
+    if not liftable:
+        return None
+    parameters = [variable.type() for variable in liftable]
+    outputs = clone_replace(inner.outputs, replace=dict(zip(liftable, parameters, strict=True)))
+    return Composite([*inner.inputs, *parameters], outputs), liftable
+
+
+def _liftable(constant, clients) -> bool:
+    from pytensor.scalar import basic
+
+    readers = tuple(getattr(basic, name) for name in LIFTED_READERS)
+    return (constant.type.dtype.startswith("float") and bool(clients)
+            and all(client != "output" and type(client.op) in readers
+                    for client, _ in clients))
