@@ -38,6 +38,8 @@ PHASES = (
      "_DispatcherBase._compile_for_args"),
     ("  op kernels loaded for a graph kernel", "numba_cache.kernels.op_links", "meet"),
     ("  kernel loads from the store (all kinds)", "numba_cache.kernels.cache", "rebuild"),
+    ("  numba: compiler set-up (a process's first loads numba's registries)",
+     "numba.core.compiler", "CompilerBase.__init__"),
     ("  numba: type inference (nested compiles included)", "numba.core.typed_passes",
      "NopythonTypeInference.run_pass"),
     ("  numba: lowering, LLVM and code generation", "numba.core.typed_passes",

@@ -63,6 +63,26 @@ def test_an_elemwise_gets_its_constants_as_broadcastable_tensors():
            [value.tobytes() for value in _values(node, [x], point)]
 
 
+def test_a_fused_reduction_gets_its_constants_as_native_scalars():
+    """PyTensor's FusedElemwise (here an elemwise fused with its sum), as its rewrites make it."""
+    x = pt.dvector("x")
+    function = pytensor.function([x], (-0.5 * (x * 0.2) ** 2 - 6.89 + x * 0.33).sum(), mode="NUMBA")
+    [fused] = [node for node in function.maker.fgraph.apply_nodes
+               if type(node.op).__name__ == "FusedElemwise"]
+    inputs = [variable.type() for variable in fused.inputs]
+    node = fused.op.make_node(*inputs)
+    replacement = lifted(node)
+    assert type(replacement.op) is type(node.op)
+    assert replacement.inputs[:len(inputs)] == node.inputs
+    assert sorted(float(constant.data) for constant in replacement.inputs[len(inputs):]) == \
+           [-6.89, -0.5, 0.2, 0.33]
+    assert all(isinstance(constant.type, ps.ScalarType)
+               for constant in replacement.inputs[len(inputs):])
+    point = [np.linspace(-2.0, 2.0, 7)]
+    assert [value.tobytes() for value in _values(replacement, inputs, point)] == \
+           [value.tobytes() for value in _values(node, inputs, point)]
+
+
 @pytest.mark.parametrize("make", [
     lambda: pt.exp(pt.dvector("x")).owner,  # no Composite
     lambda: ps.Composite([a := ps.float64("a")], [a ** ps.constant(2.5)]).make_node(a),

@@ -4,8 +4,11 @@ PyTensor's fusion bakes the scalar constants of a fused elemwise (``Composite``)
 into its code: a prior's scale or a dataset's size is part of the kernel, so a
 model variant, or the same model on a dataset of other sizes, compiles its fused
 kernels again. The kernel of :func:`lifted` takes such constants as inputs of
-their own (tensors of ones in every dimension, which the glue embeds), so it is
-keyed by the structure of the computation alone and serves every value.
+their own, which the glue embeds: tensors of one element for an ``Elemwise``,
+native scalars for PyTensor's ``FusedElemwise`` and ``ScalarizedElemwise`` (kept
+out of the loop body, as PyTensor passes scalars) and a ``Composite`` on scalars.
+The kernel is then keyed by the structure of the computation alone and serves
+every value.
 
 Only floating-point constants read by additions, subtractions and multiplications
 alone are lifted: for these the operation is the same IEEE operation whether its
@@ -35,12 +38,17 @@ def lifted(node):
     from pytensor.scalar import Composite
     from pytensor.tensor.elemwise import Elemwise
 
+    from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
+    from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
+
     op = node.op
     try:
         if isinstance(op, Composite):
             replacement = _lifted_scalar(node)
         elif isinstance(op, Elemwise) and isinstance(op.scalar_op, Composite):
             replacement = _lifted_elemwise(node)
+        elif isinstance(op, FusedElemwise | ScalarizedElemwise):
+            replacement = _lifted_fused(node)
         else:
             return node
     except Exception:  # noqa: BLE001 - a graph PyTensor will not rebuild keeps its baked kernel
@@ -75,6 +83,49 @@ def _lifted_elemwise(node):
 
 
 @functools.lru_cache(maxsize=4096)
+def _lifted_fused(node):
+    """For PyTensor's elemwise fused with reductions (``FusedElemwise``) or taking native
+    scalars (``ScalarizedElemwise``): the lifted constants are native scalar inputs of
+    the loop, as PyTensor passes scalars (its kernel keeps them out of the loop body).
+    Not when it reads or writes through indices, whose inputs come after the elemwise's."""
+    from pytensor.graph.basic import NominalVariable
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.scalar import Composite, ScalarType
+    from pytensor.tensor.basic import atleast_Nd, tensor_from_scalar
+    from pytensor.tensor.elemwise import Elemwise
+
+    op = node.op
+    specs = {name: getattr(op, name)
+             for name in ("indexed_inputs", "indexed_outputs", "reduced_outputs")
+             if hasattr(op, name)}
+    if specs.get("indexed_inputs") or specs.get("indexed_outputs"):
+        return None
+    frozen = op.fgraph
+    [elemwise] = [inner for inner in frozen.apply_nodes if isinstance(inner.op, Elemwise)]
+    if not isinstance(elemwise.op.scalar_op, Composite):
+        return None
+    lifting = _lifted_composite(elemwise.op.scalar_op)
+    if lifting is None:
+        return None
+    composite, liftable = lifting
+    inputs = [NominalVariable(position, variable.type)
+              for position, variable in enumerate(frozen.inputs)]
+    scalars = [NominalVariable(len(inputs) + position, ScalarType(constant.type.dtype))
+               for position, constant in enumerate(liftable)]
+    inner = FunctionGraph([*inputs, *scalars], frozen.bind(inputs), clone=False)
+    [elemwise] = [inner_node for inner_node in inner.apply_nodes
+                  if isinstance(inner_node.op, Elemwise)]
+    ndim = elemwise.outputs[0].type.ndim
+    tensors = [atleast_Nd(tensor_from_scalar(scalar), n=ndim) for scalar in scalars]
+    replacement = Elemwise(composite, inplace_pattern=elemwise.op.inplace_pattern).make_node(
+        *elemwise.inputs, *tensors)
+    inner.replace_all(zip(elemwise.outputs, replacement.outputs, strict=True),
+                      reason="lift_constants")
+    fused = type(op)([*inputs, *scalars], inner.outputs, fgraph=inner.freeze(),
+                     destroy_map=op.destroy_map, **specs)
+    return fused.make_node(*node.inputs, *(constant.clone() for constant in liftable))
+
+
 def _lifted_composite(composite):
     """A ``Composite`` computing `composite` with its liftable constants as trailing
     inputs, and those constants; None if it has none."""
