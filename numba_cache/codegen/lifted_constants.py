@@ -18,6 +18,12 @@ multiplication under fastmath, an integer or comparison constant folds into
 branches): those stay baked. A lifted kernel gives the bits of the baked one
 except where fastmath's reassociation used the constant's value (within
 :data:`numba_cache.evaluation.compare.NUMBA_ULP_BOUND` of PyTensor's ``NUMBA``).
+
+PyTensor internals used, all here: ``Composite.fgraph`` (``unfreeze``), the specs
+of ``FusedElemwise`` (``indexed_inputs``, ``indexed_outputs``, ``reduced_outputs``)
+and the way PyTensor's own ``with_scalar_io`` rebuilds one (``fgraph.bind``, the
+``fgraph`` argument). If they move, nodes keep their baked kernels (any error
+lifting a node leaves it as it is) and ``tests/test_lifted_constants.py`` fails.
 """
 
 from __future__ import annotations
@@ -37,7 +43,6 @@ def lifted(node):
     as trailing inputs (new constants; `node`'s own inputs first, in order)."""
     from pytensor.scalar import Composite
     from pytensor.tensor.elemwise import Elemwise
-
     from pytensor.tensor.rewriting.fused_elemwise import FusedElemwise
     from pytensor.tensor.rewriting.scalarize import ScalarizedElemwise
 
