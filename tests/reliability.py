@@ -42,7 +42,10 @@ INPUT = [0.1, 0.7, 1.3, 2.0, 2.9]
 RTOL = 1e-9
 
 #: Graphs by name, as expressions of the float64 vector ``x``. ``scale<k>`` is
-#: ``exp(x) * k`` for any k: as many distinct, same-shaped graphs as a test needs.
+#: ``exp(x) * maximum(x, k)`` for any k: as many distinct, same-shaped graphs as a test
+#: needs, each with an op kernel of its own (k is read by a maximum, so it stays baked
+#: in the fused kernel: numba_cache/codegen/lifted_constants.py lifts only constants
+#: read by add, sub and mul, and ``exp(x) * k`` would share one kernel for every k).
 EXPRESSIONS = {
     "sumexp": "pt.exp(x).sum() * 3 + pt.log1p(x ** 2)",
     "tanh": "pt.tanh(x) * x - 1",
@@ -55,7 +58,7 @@ EXPRESSIONS = {
 
 def expression(name: str) -> str:
     if name.startswith("scale"):
-        return f"pt.exp(x) * {float(name[len('scale'):])!r}"
+        return f"pt.exp(x) * pt.maximum(x, {float(name[len('scale'):])!r})"
     return EXPRESSIONS[name]
 
 

@@ -282,7 +282,7 @@ def test_import_while_other_processes_compile_in_the_store(warmed, tmp_path):
     from reliability import finish, start
 
     env = fresh(tmp_path, "busy")
-    names = ["scale2", "tanh", "sqrtcos", "cumsum"]  # scale2 is exp(x) * 2.0, as in the archive
+    names = ["scale2", "tanh", "sqrtcos", "cumsum"]  # scale2 is the archive's exp graph
     workers = [start(["6", str(seed), *names], env, command="churn") for seed in (1, 2)]
     imported = run_cli("import", str(warmed.archive), "--json", env=env)
     reports = [finish(worker) for worker in workers]

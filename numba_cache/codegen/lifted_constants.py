@@ -69,25 +69,34 @@ def _lifted_scalar(node):
     if lifting is None:
         return None
     composite, liftable = lifting
-    return composite.make_node(*node.inputs, *(constant.clone() for constant in liftable))
+    return composite.make_node(*node.inputs, *liftable)
 
 
 def _lifted_elemwise(node):
-    from pytensor.tensor import constant as tensor_constant
     from pytensor.tensor.elemwise import Elemwise
 
     lifting = _lifted_composite(node.op.scalar_op)
     if lifting is None:
         return None
-    composite, liftable = lifting
+    composite, _ = lifting
     elemwise = Elemwise(composite, inplace_pattern=node.op.inplace_pattern)
-    ndim = node.outputs[0].type.ndim
-    values = [tensor_constant(np.full((1,) * ndim, constant.data, dtype=constant.type.dtype))
-              for constant in liftable]
+    values = _one_element_tensors(node.op.scalar_op, node.outputs[0].type.ndim)
     return elemwise.make_node(*node.inputs, *values)
 
 
 @functools.lru_cache(maxsize=4096)
+def _one_element_tensors(composite, ndim: int) -> list:
+    """The lifted constants of `composite` as tensors of `ndim` dimensions of length 1.
+
+    The same objects for every node of that ``Composite``: nodes alike, constants
+    included, are converted once (:func:`numba_cache.kernels.conversion.op_kernel`)."""
+    from pytensor.tensor import constant as tensor_constant
+
+    _, liftable = _lifted_composite(composite)
+    return [tensor_constant(np.full((1,) * ndim, constant.data, dtype=constant.type.dtype))
+            for constant in liftable]
+
+
 def _lifted_fused(node):
     """For PyTensor's elemwise fused with reductions (``FusedElemwise``) or taking native
     scalars (``ScalarizedElemwise``): the lifted constants are native scalar inputs of
@@ -128,12 +137,14 @@ def _lifted_fused(node):
                       reason="lift_constants")
     fused = type(op)([*inputs, *scalars], inner.outputs, fgraph=inner.freeze(),
                      destroy_map=op.destroy_map, **specs)
-    return fused.make_node(*node.inputs, *(constant.clone() for constant in liftable))
+    return fused.make_node(*node.inputs, *liftable)
 
 
+@functools.lru_cache(maxsize=4096)
 def _lifted_composite(composite):
     """A ``Composite`` computing `composite` with its liftable constants as trailing
-    inputs, and those constants; None if it has none."""
+    inputs, and those constants (the outer nodes take these very objects, so that
+    nodes alike stay alike); None if it has none."""
     from pytensor.graph.basic import Constant
     from pytensor.graph.replace import clone_replace
     from pytensor.scalar import Composite
