@@ -89,7 +89,7 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
                       for name, value in _leaves(structure, given_values, builder.extract_value)}
             values.update((name, context.get_constant_generic(builder, value_types[name], value))
                           for name, value in embedded.items())
-            emitter = _StepEmitter(context, value_types, steps, calls, returned)
+            emitter = _StepEmitter(context, value_types, steps, calls, returned, embedded)
             parts = _parts(len(steps))
             if len(parts) == 1:
                 emitter.emit(builder, parts[0], values, {})
@@ -127,12 +127,14 @@ class _StepEmitter:
     """Emits the calls of a graph body's steps, and the reference counts around them.
 
     `calls` holds, per step, what the typer chose: the compile result, whether it
-    is called by symbol, and the compile result unpacking its list of outputs if any.
+    is called by symbol, and the compile result unpacking its list of outputs if any;
+    `embedded` maps the names of the constants the body embeds to their values.
     """
 
-    def __init__(self, context, value_types: dict, steps: list, calls: list, returned: list):
+    def __init__(self, context, value_types: dict, steps: list, calls: list, returned: list,
+                 embedded: dict):
         self.context, self.value_types, self.steps, self.calls = context, value_types, steps, calls
-        self.returned = set(returned)
+        self.returned, self.embedded = set(returned), embedded
         self.owned = {name for step in steps for name in step.outputs}
         self.last_use = {name: index for index, step in enumerate(steps) for name in step.inputs}
 
@@ -172,8 +174,11 @@ class _StepEmitter:
         returned to `values`.
 
         The values a part reads from another, or the body returns, pass through a
-        frame: a struct on the caller's stack, each part a function of a pointer to
-        it, with numba's calling convention (an error propagates, as from a call).
+        frame: pointers to slots on the caller's stack, each part a function of a
+        pointer to it, with numba's calling convention (an error propagates, as from a
+        call). An embedded constant is made in each part that reads it: through the
+        frame, its fields would be stored and loaded at every call (on the large
+        benchmark model, 6% of a call's time).
         Register allocation and stack slot colouring cost more than linearly in a
         function's size, and the machine code of one function is held whole: the
         large benchmark model's graph kernel (1,000 calls) in one function took about
@@ -187,7 +192,7 @@ class _StepEmitter:
         made_in = {name: part_of[index] for index, step in enumerate(self.steps)
                    for name in step.outputs}
         crossing = {name for index, step in enumerate(self.steps) for name in step.inputs
-                    if made_in.get(name) != part_of[index]}
+                    if made_in.get(name) != part_of[index] and name not in self.embedded}
         crossing |= {name for name in self.returned if name in made_in}
         slot_of = {name: position for position, name in enumerate(sorted(crossing))}
         # An array of pointers to the values rather than a struct of them: a struct
@@ -221,8 +226,12 @@ class _StepEmitter:
             pointer = part_builder.bitcast(pointer, frame.type)
             read = dict.fromkeys(name for index in part for name in self.steps[index].inputs
                                  if made_in.get(name) != number)
-            part_values = {name: part_builder.load(address(part_builder, pointer, name))
-                           for name in read}
+            part_values = {
+                name: (context.get_constant_generic(part_builder, self.value_types[name],
+                                                    self.embedded[name])
+                       if name in self.embedded
+                       else part_builder.load(address(part_builder, pointer, name)))
+                for name in read}
             self.emit(part_builder, part, part_values, {})
             for name in slot_of:
                 if made_in.get(name) == number:
