@@ -21,9 +21,9 @@ The calls share the stack slots their callees write results into (see
 calls is emitted as that many LLVM functions called in turn, the values passing
 between them through a frame on the caller's stack: LLVM holds a function's
 machine code whole while it makes it, and the large benchmark model's graph
-kernel (about 1,000 calls) in one function added 90 MiB to its compile's peak
-memory (measured with parts of 50 to 400 calls: the same compile time and per-call
-time, the peak lowest from 50 to 200).
+kernel (about 1,000 calls) in one function added 100 MiB to its compile's peak
+memory (measured with parts of 50 to 500 calls: the peak lowest from 50 to 250; a
+call about 4% longer than in one function, whatever the number of parts).
 
 Before, numba typed and lowered one Python statement per node: on the large benchmark
 model about 1,000 calls, 4,000 variables to type and 85,000 LLVM instructions to build,
