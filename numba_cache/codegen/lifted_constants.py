@@ -78,21 +78,19 @@ def _lifted_elemwise(node):
     lifting = _lifted_composite(node.op.scalar_op)
     if lifting is None:
         return None
-    composite, _ = lifting
+    composite, liftable = lifting
     elemwise = Elemwise(composite, inplace_pattern=node.op.inplace_pattern)
-    values = _one_element_tensors(node.op.scalar_op, node.outputs[0].type.ndim)
+    values = _one_element_tensors(tuple(liftable), node.outputs[0].type.ndim)
     return elemwise.make_node(*node.inputs, *values)
 
 
 @functools.lru_cache(maxsize=4096)
-def _one_element_tensors(composite, ndim: int) -> list:
-    """The lifted constants of `composite` as tensors of `ndim` dimensions of length 1.
-
-    The same objects for every node of that ``Composite``: nodes alike, constants
-    included, are converted once (:func:`numba_cache.kernels.conversion.op_kernel`)."""
+def _one_element_tensors(liftable: tuple, ndim: int) -> list:
+    """The constants `liftable` (objects, hashed by identity) as tensors of `ndim`
+    dimensions of length 1, the same objects for every node lifting them: nodes alike,
+    constants included, are converted once (:func:`.kernels.conversion.op_kernel`)."""
     from pytensor.tensor import constant as tensor_constant
 
-    _, liftable = _lifted_composite(composite)
     return [tensor_constant(np.full((1,) * ndim, constant.data, dtype=constant.type.dtype))
             for constant in liftable]
 
@@ -140,11 +138,28 @@ def _lifted_fused(node):
     return fused.make_node(*node.inputs, *liftable)
 
 
-@functools.lru_cache(maxsize=4096)
 def _lifted_composite(composite):
     """A ``Composite`` computing `composite` with its liftable constants as trailing
-    inputs, and those constants (the outer nodes take these very objects, so that
-    nodes alike stay alike); None if it has none."""
+    inputs, and those constants; None if it has none.
+
+    The outer nodes take these very objects, so that nodes alike stay alike: the
+    lifting is remembered per ``Composite`` *and* the exact bits of its constants,
+    in graph order, since PyTensor holds ``Composite`` ops equal whose constants
+    differ in the sign of a zero (or are NaNs of other payloads)."""
+    return _lifted_exactly(composite, _constant_bits(composite))
+
+
+def _constant_bits(composite) -> tuple:
+    from pytensor.graph.basic import Constant
+
+    return tuple((position, index, variable.type.dtype, np.asarray(variable.data).tobytes())
+                 for position, inner_node in enumerate(composite.fgraph.toposort())
+                 for index, variable in enumerate(inner_node.inputs)
+                 if isinstance(variable, Constant))
+
+
+@functools.lru_cache(maxsize=4096)
+def _lifted_exactly(composite, constant_bits: tuple):
     from pytensor.graph.basic import Constant
     from pytensor.graph.replace import clone_replace
     from pytensor.scalar import Composite
