@@ -18,7 +18,7 @@ import pytest
 from helpers import run_python
 from pytensor.tensor.elemwise import Elemwise
 
-from numba_cache.codegen.lifted_constants import lifted
+from numba_cache.codegen.lifted_constants import lifted, trailing_constants
 from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance
 
 
@@ -37,10 +37,17 @@ def _values(node, inputs, point):
     return [np.asarray(value) for value in function(*point)]
 
 
+def _lifted(node):
+    trailing = trailing_constants(node)
+    assert trailing, "nothing lifted"
+    replacement = lifted(node, trailing)
+    assert replacement is not None and list(replacement.inputs[len(node.inputs):]) == list(trailing)
+    return replacement
+
+
 def test_only_constants_of_additions_and_multiplications_are_lifted():
     node = _scalar_composite_node()
-    replacement = lifted(node)
-    assert replacement is not node
+    replacement = _lifted(node)
     assert replacement.inputs[:2] == node.inputs
     assert sorted(float(constant.data) for constant in replacement.inputs[2:]) == [-0.5, 0.2, 918.0]
     inner_constants = {float(variable.data) for variable in replacement.op.fgraph.variables
@@ -55,7 +62,7 @@ def test_an_elemwise_gets_its_constants_as_broadcastable_tensors():
     x = pt.dmatrix("x")
     composite = _scalar_composite_node().op
     node = Elemwise(composite).make_node(x, x.T)
-    replacement = lifted(node)
+    replacement = _lifted(node)
     assert [output.type for output in replacement.outputs] == [output.type for output in node.outputs]
     assert all(constant.type.shape == (1, 1) for constant in replacement.inputs[2:])
     point = [np.linspace(-2.0, 2.0, 9).reshape(3, 3)]
@@ -71,7 +78,7 @@ def test_a_fused_reduction_gets_its_constants_as_native_scalars():
                if type(node.op).__name__ == "FusedElemwise"]
     inputs = [variable.type() for variable in fused.inputs]
     node = fused.op.make_node(*inputs)
-    replacement = lifted(node)
+    replacement = _lifted(node)
     assert type(replacement.op) is type(node.op)
     assert replacement.inputs[:len(inputs)] == node.inputs
     assert sorted(float(constant.data) for constant in replacement.inputs[len(inputs):]) == \
@@ -89,8 +96,24 @@ def test_a_fused_reduction_gets_its_constants_as_native_scalars():
     lambda: ps.Composite([a := ps.int64("a")], [a * ps.constant(3, dtype="int64")]).make_node(a),
 ], ids=["exp", "exponent only", "integer"])
 def test_nodes_with_nothing_to_lift_are_their_own_kernels(make):
-    node = make()
-    assert lifted(node) is node
+    assert trailing_constants(make()) == ()
+
+
+def test_the_constants_are_found_in_the_same_order_in_every_process(private_store):
+    """Their order names them in a graph's source, which another process must reproduce."""
+    code = """
+import json
+import pytensor.scalar as ps
+from numba_cache.codegen.lifted_constants import trailing_constants
+x, y = ps.float64("x"), ps.float64("y")
+outputs = [x * ps.constant(0.25) + ps.constant(3.5) - y * ps.constant(-0.75),
+           y * ps.constant(0.125) + x * ps.constant(9.5)]
+node = ps.Composite([x, y], outputs).make_node(ps.float64("a"), ps.float64("b"))
+print(json.dumps({"order": [float(constant.data) for constant in trailing_constants(node)]}))
+"""
+    orders = {tuple(run_python(code, env={"PYTHONHASHSEED": str(seed)})["order"])
+              for seed in (1, 2, 3)}
+    assert len(orders) == 1 and sorted(next(iter(orders))) == [-0.75, 0.125, 0.25, 3.5, 9.5]
 
 
 VARIANT = """
@@ -98,20 +121,26 @@ import json
 import numpy as np
 import pytensor
 import numba_cache
+import numba_cache.kernels.graph as graph_kernels
 from numba_cache.evaluation.compile_events import count_numba_compiles
 from numba_cache.evaluation.models import radon_model
 
+built = []
+build = graph_kernels.lifted
+graph_kernels.lifted = lambda node, trailing: built.append(node) or (None if {fail!r} else build(node, trailing))
 model = radon_model(**{kwargs!r})
 with count_numba_compiles() as compiles:
     function = pytensor.function(model.inputs, model.outputs, mode={mode!r})
     values = function(*model.point)
 print(json.dumps({{"compiles": compiles, "stats": dict(numba_cache.session_stats()),
-                  "values": [np.asarray(value).tolist() for value in values]}}))
+                  "built": len(built), "values": [np.asarray(value).tolist() for value in values]}}))
 """
 
 
-def compile_radon(kwargs: dict, mode: str = "NUMBA_CACHE") -> dict:
-    return run_python(VARIANT.format(kwargs=kwargs, mode=mode))
+def compile_radon(kwargs: dict, mode: str = "NUMBA_CACHE", fail: bool = False) -> dict:
+    """Radon compiled and run in a fresh process; with `fail`, as if PyTensor would build
+    no node taking lifted constants."""
+    return run_python(VARIANT.format(kwargs=kwargs, mode=mode, fail=fail))
 
 
 @pytest.mark.parametrize("kwargs", [{"prior_scale": 2.5}, {"groups": 12, "observations": 150}],
@@ -123,6 +152,20 @@ def test_a_variant_of_changed_constants_compiles_no_op_kernel(private_store, kwa
     assert [name.split("_")[0] for name in cold["compiles"]] == ["graph"]
     warm = compile_radon(kwargs)
     assert warm["stats"]["graph.hit"] == 1 and warm["values"] == cold["values"]
+    assert cold["built"] > 0 and warm["built"] == 0  # a hit builds no lifted node
     reference = compile_radon(kwargs, mode="NUMBA")
     assert max_ulp_distance([np.asarray(value) for value in cold["values"]],
+                            [np.asarray(value) for value in reference["values"]]) <= NUMBA_ULP_BOUND
+
+
+def test_a_node_pytensor_will_not_lift_is_computed_baked_and_its_graph_not_stored(private_store):
+    failed = compile_radon({}, fail=True)
+    assert failed["built"] > 0 and failed["stats"]["graph.miss"] == 1
+    assert failed["stats"]["uncacheable:contains-uncacheable"] == 1
+    reference = compile_radon({}, mode="NUMBA")
+    assert max_ulp_distance([np.asarray(value) for value in failed["values"]],
+                            [np.asarray(value) for value in reference["values"]]) <= NUMBA_ULP_BOUND
+    again = compile_radon({})  # the graph is compiled again, not served code its source does not say
+    assert "graph.hit" not in again["stats"]
+    assert max_ulp_distance([np.asarray(value) for value in again["values"]],
                             [np.asarray(value) for value in reference["values"]]) <= NUMBA_ULP_BOUND

@@ -13,7 +13,7 @@ from textwrap import indent
 
 from pytensor.graph.basic import Constant
 
-from numba_cache.codegen.lifted_constants import lifted
+from numba_cache.codegen.lifted_constants import trailing_constants
 
 _IDENTIFIER_UNSAFE = re.compile(r"\W+")
 
@@ -49,6 +49,15 @@ class Step:
     outputs: tuple
 
 
+@dataclass(frozen=True)
+class KernelNode:
+    """What the kernel of one step computes: `node`, taking the `trailing` constants
+    after its own inputs (:mod:`.lifted_constants`; none for most nodes)."""
+
+    node: object
+    trailing: tuple
+
+
 @dataclass
 class GraphSource:
     """Generated source of a graph function and the globals it expects.
@@ -60,9 +69,7 @@ class GraphSource:
     lists them as comments. The `embedded` constants (tensors and scalars) are
     not arguments: the body embeds them itself, as numba embeds a global.
 
-    `kernels` maps global names to the apply nodes each op kernel computes: the
-    graph's own, or one taking its scalar constants as inputs
-    (:mod:`.lifted_constants`);
+    `kernels` maps global names to the :class:`KernelNode` each op kernel computes;
     `constants` maps global names to constants frozen into the kernel;
     `hidden` lists the constants passed as trailing arguments ``h0, h1, ...``.
     """
@@ -122,17 +129,17 @@ def graph_source(fgraph, function_name: str, hidden: list, order: list) -> Graph
     lines = []
     steps = []
     for index, node in enumerate(order):
-        computed = lifted(node)
-        inputs = tuple(name_of(variable) for variable in computed.inputs)
+        trailing = trailing_constants(node)
+        inputs = tuple(name_of(variable) for variable in [*node.inputs, *trailing])
         outputs = []
         for position, output in enumerate(node.outputs):
             names[output] = f"v{index}_{position}"
             outputs.append(names[output])
         kernel = f"k{index}"
-        kernels[kernel] = computed
+        kernels[kernel] = KernelNode(node, trailing)
         steps.append(Step(kernel, inputs, tuple(outputs)))
         # The op only: printing the node would print its constants, slowly.
-        lines.append(indent(str(computed.op), "# "))
+        lines.append(indent(str(node.op), "# "))
         lines.append(f"# {', '.join(outputs)} = {kernel}({', '.join(inputs)})")
 
     returned = [name_of(variable) for variable in fgraph.outputs]

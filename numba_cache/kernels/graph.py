@@ -17,9 +17,10 @@ kernel that only calls is optimised lightly (:mod:`.glue`).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from numba_cache._compat import numba_internals
+from numba_cache.codegen.lifted_constants import lifted
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import GRAPH_BODY, graph_kernel_name, graph_source
 from numba_cache.kernels import op_links, replay
@@ -79,16 +80,21 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
         converted: dict = {}
         servers: dict = {}  # op kernel dispatcher id -> its serve function
         kernel_servers: dict = {}  # global name of a step's kernel -> its serve function
-        for global_name, node in generated.kernels.items():
+        steps = []
+        for step in generated.steps:
+            node, step, as_written = _computed(generated.kernels[step.kernel], step)
+            if not as_written:
+                uncacheable_ops.append(f"{node.op} (its constants could not be lifted)")
             dispatcher, op_verdict = op_kernel(node, context, storage_map, ofg_memo, converted)
             if id(dispatcher) not in servers:
                 servers[id(dispatcher)] = _server(dispatcher, context, op_calls, called_by_symbol)
-            kernel_servers[global_name] = servers[id(dispatcher)]
+            kernel_servers[step.kernel] = servers[id(dispatcher)]
+            steps.append(step)
             if op_verdict is not None:
                 uncacheable_ops.append(f"{node.op} ({op_verdict.reason})")
         embedded = {name: namespace[name] for name in generated.embedded}
         namespace[GRAPH_BODY] = graph_body(
-            generated.arguments, embedded, generated.steps, generated.returned,
+            generated.arguments, embedded, steps, generated.returned,
             lambda kernel, signature: kernel_servers[kernel](signature))
         if uncacheable_ops:
             return Uncacheable(
@@ -105,6 +111,24 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
     )
     _tell_what_conversion_tells(cache)
     return GraphKernel(dispatcher, [hidden_value(constant) for constant in generated.hidden])
+
+
+def _computed(kernel_node, step):
+    """The node a step's op kernel computes, the step calling it, and whether as the
+    graph's source says.
+
+    That node is the graph's, or the one taking its `trailing` constants
+    (:mod:`numba_cache.codegen.lifted_constants`). If PyTensor will not build that
+    one, the step calls the graph's node without them: the graph then runs other
+    code than its source says, and must not be stored.
+    """
+    node = kernel_node.node
+    if not kernel_node.trailing:
+        return node, step, True
+    computed = lifted(node, kernel_node.trailing)
+    if computed is None:
+        return node, replace(step, inputs=step.inputs[:len(node.inputs)]), False
+    return computed, step, True
 
 
 def _server(dispatcher, context, op_calls: str, called: list):
