@@ -20,12 +20,14 @@ from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance
 # Two graphs of five ops (Exp, ExpandDims, Dot with its BLAS pointer in an object-mode
 # block, Squeeze, CumOp); B arranges them otherwise than A, so it is a new graph kernel.
 COMPILE = """
-import json
+import json, sys
 import numpy as np
 import pytensor, pytensor.tensor as pt
 import numba_cache
 from numba_cache.evaluation.compile_events import count_numba_compiles
 from numba_cache.integration.linker import graph_kernel_observers
+from numba_cache.kernels import glue
+{prelude}
 
 graph_kernels = []
 graph_kernel_observers.append(lambda fgraph, kernel, storage: graph_kernels.append(kernel))
@@ -44,6 +46,9 @@ with count_numba_compiles() as compiles:
 kernels = [compiled for kernel in graph_kernels for compiled in kernel.dispatcher.overloads.values()]
 print(json.dumps({{
     "light": [getattr(kernel.library, "optimised_lightly", None) for kernel in kernels],
+    "lean": [glue.GlueCompiler.lean_compiles, glue.GlueCompiler.full_refreshes],
+    # Only numba's full refresh (CPUContext.load_additional_registries) imports it.
+    "full_registries": "numba.np.polynomial.polynomial_core" in sys.modules,
     "compiles": compiles,
     "stats": dict(numba_cache.session_stats()),
     "values": [value.tolist() for value in values],
@@ -51,8 +56,9 @@ print(json.dumps({{
 """
 
 
-def compile_graph(graph: str, mode: str = "NUMBA_CACHE", env: dict | None = None) -> dict:
-    return run_python(COMPILE.format(graph=graph, mode=mode), env)
+def compile_graph(graph: str, mode: str = "NUMBA_CACHE", env: dict | None = None,
+                  prelude: str = "") -> dict:
+    return run_python(COMPILE.format(graph=graph, mode=mode, prelude=prelude), env)
 
 
 def assert_like_numba(report: dict, reference: dict) -> None:
@@ -62,12 +68,16 @@ def assert_like_numba(report: dict, reference: dict) -> None:
 
 
 def test_a_new_graph_of_stored_ops_compiles_only_its_glue():
-    compile_graph("A")
+    cold = compile_graph("A")
+    # The self-test's probe and the graph function, each with numba's registries
+    # installed leanly (kernels/glue.py), the op kernels compiled in between with all.
+    assert cold["lean"] == [2, 0] and cold["full_registries"]
     new = compile_graph("B")
     assert new["stats"].get("op.miss", 0) == 0 and new["stats"]["op.hit"] == 5
     assert new["stats"]["graph.miss"] == 1
     assert [name.split("_")[0] for name in new["compiles"]] == ["graph"]
     assert new["light"] == [True]  # it only calls: kernels/glue.py
+    assert new["lean"] == [1, 0] and not new["full_registries"]
     loaded = compile_graph("B")
     assert loaded["compiles"] == [] and loaded["stats"]["graph.hit"] == 1
     assert loaded["values"] == new["values"]
@@ -117,3 +127,19 @@ def test_linked_op_kernels_are_a_setting_and_a_key_of_their_own():
     assert linked["light"] == [False]  # linked code is optimised as numba does
     assert_like_numba(linked, by_symbol)
     assert compile_graph("B", env={"NBCACHE_LINK_OPS": "1"})["stats"]["graph.hit"] == 1
+
+
+def test_a_graph_function_lean_registries_do_not_do_for_is_compiled_with_all(tmp_path):
+    """Should the lean registries not do for a graph function, it is compiled again after
+    numba's full refresh: the same calls, the same bits, no failed compile. (Here the
+    lean install is emptied; each store compiles A, then B's graph function.)"""
+    starved_store = {"NBCACHE_DIR": str(tmp_path / "starved")}
+    compile_graph("A")
+    compile_graph("A", env=starved_store)
+    lean = compile_graph("B")
+    starved = compile_graph("B", env=starved_store, prelude=(
+        "glue._install_for_calls = lambda target_context: None"))
+    assert lean["lean"] == [1, 0] and lean["stats"]["graph.miss"] == 1
+    assert starved["lean"] == [0, 1] and starved["stats"]["graph.miss"] == 1
+    assert starved["full_registries"] and starved["light"] == [True]
+    assert starved["values"] == lean["values"]

@@ -6,6 +6,9 @@ Each is checked by a seam of :mod:`.numba_seams`.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 
 def reduce_compile_result(cres) -> tuple:
     """What numba's own cache pickles of a compile result (``CompileResult._reduce``)."""
@@ -129,3 +132,94 @@ def call_reusing_slots(context, builder, callee, return_type, argument_types, ar
     status = call_conv._get_return_status(builder, code, builder.load(excinfo_slot))
     value = context.get_returned_value(builder, return_type, builder.load(return_slot))
     return status, value
+
+
+class _Refreshing(threading.local):
+    lean = False
+    failures = 0
+
+
+_refreshing = _Refreshing()
+
+
+@contextlib.contextmanager
+def lean_refresh(install):
+    """Within (in this thread), refreshing numba's contexts installs only what
+    `install(target_context)` installs; the typing context installs nothing.
+
+    A process's first full refresh (``BaseContext.refresh`` of the typing and the
+    target context, from ``CompilerBase.__init__``, intrinsic typing and
+    ``get_function``) imports and installs all of numba's implementations: its
+    numpy, math, random, typed containers... about 0.1 s, which a function that
+    only calls other functions does not need. :func:`full_refresh` inside restores
+    numba's own, for compiles nested in this one. The methods are swapped under
+    numba's compiler lock, and put back on exit.
+    """
+    from numba.core import base
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.typing import context as typing
+
+    with global_compiler_lock:
+        typing_refresh, target_refresh = typing.BaseContext.refresh, base.BaseContext.refresh
+
+        def refresh_typing(self):
+            if not _refreshing.lean:
+                typing_refresh(self)
+
+        def refresh_target(self):
+            if _refreshing.lean:
+                install(self)
+            else:
+                target_refresh(self)
+
+        typing.BaseContext.refresh, base.BaseContext.refresh = refresh_typing, refresh_target
+        was_lean, _refreshing.lean = _refreshing.lean, True
+        try:
+            yield
+        finally:
+            _refreshing.lean = was_lean
+            typing.BaseContext.refresh, base.BaseContext.refresh = typing_refresh, target_refresh
+
+
+@contextlib.contextmanager
+def full_refresh():
+    """numba's own refresh within, inside :func:`lean_refresh` (a nested compile).
+    An exception leaving it is counted in :func:`full_refresh_failures`."""
+    was_lean, _refreshing.lean = _refreshing.lean, False
+    try:
+        yield
+    except BaseException:
+        _refreshing.failures += 1
+        raise
+    finally:
+        _refreshing.lean = was_lean
+
+
+def full_refresh_failures() -> int:
+    """How many compiles failed in this thread with numba's full refresh in place:
+    those did not fail for want of registries."""
+    return _refreshing.failures
+
+
+
+def declare_globals(typing_context, values) -> None:
+    """Give `typing_context` the types numba registered for those of `values` it
+    registered (intrinsics: ``infer_global``, into the typing
+    ``templates.builtin_registry``), which a lean refresh (:func:`lean_refresh`)
+    does not install."""
+    from numba.core.typing import templates
+
+    wanted = {id(value): value for value in values}
+    for registered, numba_type in templates.builtin_registry.globals:
+        if (wanted.get(id(registered)) is registered
+                and typing_context._lookup_global(registered) is None):
+            typing_context.insert_global(registered, numba_type)
+
+
+def reinstall_registries(target_context, *registries) -> None:
+    """Install into `target_context` what was registered since in the registries it
+    has, then `registries`. numba registers an intrinsic's lowering, when it types
+    it, into the first registry its target installed (``_get_target_registry``):
+    a refresh must install that one again."""
+    for registry in [*target_context._registries, *registries]:
+        target_context.install_registry(registry)

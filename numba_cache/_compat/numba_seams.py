@@ -106,10 +106,12 @@ def objmode_blocks() -> None:
 
 @functools.cache
 def _symbol_call_probe() -> tuple:
-    """A callee (times 3) and a caller of it by symbol (plus 1) compiled as a graph kernel
-    is, its body emitted by :mod:`numba_cache.kernels.graph_body`: their compile results,
-    once the caller gave 7 for 2. Compiled once for the two seams that read it (the
-    self-test is part of a store's first compile)."""
+    """A callee (times 3) and a caller of it by symbol compiled as a graph kernel is,
+    its body emitted by :mod:`numba_cache.kernels.graph_body`: their compile results,
+    once the caller gave 6 for 2, and whether the caller compiled with numba's
+    registries installed leanly (:class:`numba_cache.kernels.glue.GlueCompiler`).
+    Compiled once for the seams that read it (the self-test is part of a store's
+    first compile)."""
     import numba
 
     from numba_cache.codegen.sources import Step
@@ -126,11 +128,12 @@ def _symbol_call_probe() -> tuple:
 
     body = graph_body(["x"], {}, [Step("k0", ("x",), ("v0_0",))], ["v0_0"], serve)
     caller = numba.core.registry.CPUDispatcher(
-        py_func=lambda x: body(x)[0] + 1.0, locals={}, targetoptions={"nopython": True},
+        py_func=lambda x: body(x), locals={}, targetoptions={"nopython": True},
         pipeline_class=GlueCompiler)
-    require(caller(2.0) == 7.0, "a call by symbol returned a wrong value")
+    full_refreshes = GlueCompiler.full_refreshes
+    require(caller(2.0) == (6.0,), "a call by symbol returned a wrong value")
     [callee_compiled], [caller_compiled] = callee.overloads.values(), caller.overloads.values()
-    return callee_compiled, caller_compiled
+    return callee_compiled, caller_compiled, GlueCompiler.full_refreshes == full_refreshes
 
 
 @seam("calls by symbol (call_conv, fndesc.mangled_name)", "numba", WRITTEN_FOR,
@@ -138,7 +141,7 @@ def _symbol_call_probe() -> tuple:
 def calls_by_symbol() -> None:
     from numba_cache._compat import numba_internals
 
-    callee, caller = _symbol_call_probe()
+    callee, caller, _ = _symbol_call_probe()
     symbol = callee.fndesc.mangled_name
     declared = [function for function in numba_internals.final_module(caller.library).functions
                 if function.name == symbol]
@@ -186,7 +189,26 @@ def runtime_library() -> None:
 @seam("CPUCodeLibrary._optimize_functions, _linking_libraries", "numba", WRITTEN_FOR,
       "kernels/glue.py")
 def glue_library() -> None:
-    _, glue = _symbol_call_probe()
+    _, glue, _ = _symbol_call_probe()
     require(type(glue.library).__name__ == "GlueLibrary" and glue.library.only_calls(),
             "a glue kernel's library is not numba_cache's, or lists other linked libraries")
     require(glue.library.optimised_lightly, "_optimize_final_module is no longer called")
+
+
+@seam("BaseContext.refresh (typing, target), _registries, builtin_registry.globals", "numba",
+      WRITTEN_FOR, "_compat/numba_internals.py (lean_refresh), kernels/glue.py")
+def lean_refresh() -> None:
+    """A graph function compiles with numba's registries installed leanly; where that
+    fails, it is compiled again after numba's full refresh (slower, same code)."""
+    from numba.core import base, compiler
+    from numba.core.typing import context, templates
+
+    source = inspect.getsource(compiler.CompilerBase.__init__)
+    require("typingctx.refresh()" in source and "targetctx.refresh()" in source,
+            "CompilerBase.__init__ no longer refreshes the contexts")
+    require(callable(context.BaseContext.refresh) and callable(base.BaseContext.refresh),
+            "the contexts' refresh methods are gone")
+    require(isinstance(templates.builtin_registry.globals, list),
+            "numba's typing registry no longer lists its globals")
+    _, _, lean = _symbol_call_probe()
+    require(lean, "the probe's graph function needed numba's full refresh")

@@ -17,8 +17,9 @@ code to optimise: it runs numba's pipeline.
 
 numba internals used: ``CPUCodeLibrary._optimize_functions`` and
 ``_optimize_final_module`` (overridden, as :mod:`.self_contained` does), the
-library's linked libraries and the codegen's target machine and data layout
-(:mod:`numba_cache._compat.numba_internals`).
+library's linked libraries and the codegen's target machine and data layout;
+the contexts' ``refresh``, ``_registries`` and the typing registry's globals for
+:class:`GlueCompiler`'s lean registries (:mod:`numba_cache._compat.numba_internals`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from numba.core.runtime import rtsys
 
 from numba_cache._compat import numba_internals
 from numba_cache.kernels.self_contained import SelfContainedCompiler, SelfContainedLibrary
+from numba_cache.logs import logger
 
 
 class GlueLibrary(SelfContainedLibrary):
@@ -75,6 +77,64 @@ class GlueLibrary(SelfContainedLibrary):
 
 
 class GlueCompiler(SelfContainedCompiler):
-    """numba's default compiler, lowering into a :class:`GlueLibrary`."""
+    """numba's default compiler, lowering into a :class:`GlueLibrary`, with numba's
+    registries installed only as far as a graph function needs them.
+
+    A process's first compile installs all of numba's implementations (about 0.1 s
+    of a variant's 0.6 s); the graph function, which only calls, types with none of
+    them and lowers with numba's builtin ones and its boxing
+    (:func:`numba_internals.lean_refresh`). Op kernels compiled while it is typed
+    get numba's full refresh (:func:`numba_internals.full_refresh`, in
+    :mod:`.graph`). Should the lean compile fail (a constant whose lowering lives
+    elsewhere), it is compiled again after numba's full refresh: `full_refreshes`
+    counts those, `lean_compiles` the others. A failure of an op kernel's own
+    compile is raised as it is: it had numba's registries.
+    """
 
     library_class = GlueLibrary
+    lean_compiles = 0
+    full_refreshes = 0
+
+    def __init__(self, typing_context, target_context, *arguments):
+        self._arguments = (typing_context, target_context, *arguments)
+        with numba_internals.lean_refresh(_install_for_calls):
+            super().__init__(typing_context, target_context, *arguments)
+
+    def compile_extra(self, func):
+        failed_before = numba_internals.full_refresh_failures()
+        try:
+            with numba_internals.lean_refresh(_install_for_calls):
+                numba_internals.declare_globals(self.state.typingctx, _globals_read(func))
+                result = super().compile_extra(func)
+        except Exception as exc:  # compiled with numba's registries, as numba would
+            if numba_internals.full_refresh_failures() != failed_before:
+                raise  # an op kernel's own compile failed: numba's registries were in place
+            logger.info("numba_cache compiles a graph function with all of numba's "
+                        "registries: %r", exc)
+            GlueCompiler.full_refreshes += 1
+            super().__init__(*self._arguments)
+            return super().compile_extra(func)
+        GlueCompiler.lean_compiles += 1
+        return result
+
+
+def _install_for_calls(target_context) -> None:
+    """What lowering a graph function takes: numba's runtime, its builtin lowering
+    registry with the constants the body embeds (numbers, arrays, tuples), and
+    boxing for its Python wrapper; importing those modules registers them."""
+    from numba.core import boxing  # noqa: F401
+    from numba.core.imputils import builtin_registry
+    from numba.cpython import numbers, tupleobj  # noqa: F401
+    from numba.np import arrayobj  # noqa: F401
+
+    rtsys.initialize(target_context)
+    numba_internals.reinstall_registries(target_context, builtin_registry)
+
+
+def _globals_read(function) -> list:
+    """The values of the globals and closure variables `function` reads (the intrinsic
+    it calls among them)."""
+    namespace = function.__globals__
+    cells = function.__closure__ or ()
+    return [*(namespace[name] for name in function.__code__.co_names if name in namespace),
+            *(cell.cell_contents for cell in cells)]

@@ -146,7 +146,8 @@ def _server(dispatcher, context, op_calls: str, called: list):
 
     def serve(signature: tuple) -> tuple:
         if signature not in served:
-            dispatcher.compile(signature)
+            with numba_internals.full_refresh():  # numba's whole registries for op kernels
+                dispatcher.compile(signature)
             compiled = dispatcher.overloads[signature]
             if op_calls != BY_SYMBOL or not context.enabled or cache.verdict is not None:
                 served[signature] = compiled, False
