@@ -37,7 +37,10 @@ SAMPLERS = ("pymc", "nutpie")
 #: The two modes: numba_cache activated (in a process of its own work directory) and the built-in.
 MODES = {"numba_cache": Mode("NUMBA_CACHE", "NUMBA_CACHE"), "NUMBA": Mode("NUMBA", "NUMBA")}
 FIGURES = ("import_seconds", "compile_seconds", "function_seconds", "cfunc_seconds",
-           "sampling_seconds", "process_seconds")
+           "sampling_seconds", "leapfrog_steps", "step_seconds", "process_seconds")
+#: How a figure's median is written: seconds unless named here.
+FORMATS = {"leapfrog_steps": lambda value: f"{value:,.0f}",
+           "step_seconds": lambda value: f"{value * 1e6:.0f} µs"}
 #: Figures of nutpie's runs only.
 NUTPIE_FIGURES = ("import_seconds", "cfunc_seconds")
 
@@ -73,7 +76,8 @@ def measure(models: list[str], repeat: int, draws: int, log) -> dict:
                             log(f"[{index + 1}/{repeat}] {model} {sampler} {mode} {run}: "
                                 f"compile {result['compile_seconds']:.2f} s "
                                 f"(cfunc {result['cfunc_seconds']:.2f} s), "
-                                f"sampling {result['sampling_seconds']:.2f} s, "
+                                f"sampling {result['sampling_seconds']:.2f} s "
+                                f"({result['leapfrog_steps']:,} steps), "
                                 f"process {result['process_seconds']:.2f} s")
     return samples
 
@@ -93,8 +97,9 @@ def table(samples: dict) -> list[str]:
                         continue
                     ours = median(modes["numba_cache"][run][figure])
                     builtin = median(modes["NUMBA"][run][figure])
-                    lines.append(f"| {model} | {sampler} | {run} | {figure.split('_')[0]} | "
-                                 f"{ours:.2f} s | {builtin:.2f} s | {ours / builtin:.2f}× |")
+                    written = FORMATS.get(figure, lambda value: f"{value:.2f} s")
+                    lines.append(f"| {model} | {sampler} | {run} | {figure.rsplit('_', 1)[0]} | "
+                                 f"{written(ours)} | {written(builtin)} | {ours / builtin:.2f}× |")
     return lines
 
 
@@ -122,7 +127,11 @@ def write_report(samples: dict, arguments, minutes: float) -> str:
         "function: the part of it in `pytensor.function` calls (rewriting, linking; kernels "
         "load at the first call); cfunc: the part numba spends compiling nutpie's `numba.cfunc` "
         "wrappers; "
-        "sampling: PyMC's `sampling_time`; process: interpreter start to the end of `pm.sample`",
+        "sampling: PyMC's `sampling_time`; leapfrog: the steps of both chains, tuning "
+        "included (`n_steps`); step: sampling time per step of a chain (the chains run side "
+        "by side), the figure that compares speed: the number of steps follows the trajectory, "
+        "which the last bits of a gradient change; "
+        "process: interpreter start to the end of `pm.sample`",
         f"- medians of {arguments.repeat}; ratio: numba_cache / NUMBA, measured in the same run",
         "",
         *table(samples),

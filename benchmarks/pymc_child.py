@@ -11,7 +11,11 @@ numba_cache counters, the times of ``pm.sample`` and of its sampling (PyMC's own
 draws; arviz is imported beforehand, so converting the draws costs little, and
 so is nutpie, whose import is timed on its own), and
 the time spent in ``pytensor.function`` (rewriting and linking; the kernels load
-at the first call) and in numba compiling ``numba.cfunc`` wrappers (nutpie's). Used by tests/test_pymc.py and benchmarks/pymc.py.
+at the first call) and in numba compiling ``numba.cfunc`` wrappers (nutpie's), and
+the leapfrog steps the chains took, tuning included (their ``n_steps``): sampling
+time is the cost of a step times their number, and the number follows the
+trajectory, which the last bits of a gradient change. Used by tests/test_pymc.py
+and benchmarks/pymc.py.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ def gaussian_process(points: int = 40):
     return model
 
 
+CHAINS = 2
+
 MODELS = {
     "small": lambda: hierarchical(8, 64),
     "radon": lambda: hierarchical(85, 919),
@@ -79,13 +85,14 @@ def sample(model: str, sampler: str, draws: int = 30, mp_ctx: str | None = None,
     functions = _time_calls(pytensor, "function")
     with MODELS[model]():
         started = time.perf_counter()
-        idata = pm.sample(draws=draws, tune=draws, chains=2, cores=2, nuts_sampler=sampler,
+        idata = pm.sample(draws=draws, tune=draws, chains=CHAINS, cores=CHAINS, nuts_sampler=sampler,
                           mp_ctx=mp_ctx, random_seed=seed, progressbar=False,
-                          compute_convergence_checks=False)
+                          compute_convergence_checks=False, discard_tuned_samples=False)
         seconds = time.perf_counter() - started
     # PyMC stamps it on sample_stats, or on the posterior for external samplers.
     sampling = float(idata.sample_stats.attrs.get("sampling_time")
                      or idata.posterior.attrs["sampling_time"])
+    steps = leapfrog_steps(idata)
     return {
         "draws": {name: idata.posterior[name].values.tolist() for name in idata.posterior},
         "sample_seconds": seconds,
@@ -94,7 +101,16 @@ def sample(model: str, sampler: str, draws: int = 30, mp_ctx: str | None = None,
         "cfunc_seconds": sum(wrappers),
         "import_seconds": imported,
         "function_seconds": sum(functions),
+        "leapfrog_steps": steps,
+        # The chains run side by side (cores=2): a chain's wall time per step.
+        "step_seconds": sampling / (steps / CHAINS),
     }
+
+
+def leapfrog_steps(idata) -> int:
+    """The leapfrog steps of all chains, tuning and draws (the warm-up group kept)."""
+    groups = [idata.sample_stats, idata.warmup_sample_stats]
+    return int(sum(int(group["n_steps"].sum()) for group in groups))
 
 
 def _time_calls(module, name: str, decorator: bool = False) -> list:
