@@ -41,6 +41,11 @@ FIGURES = ("import_seconds", "compile_seconds", "function_seconds", "cfunc_secon
 #: How a figure's median is written: seconds unless named here.
 FORMATS = {"leapfrog_steps": lambda value: f"{value:,.0f}",
            "step_seconds": lambda value: f"{value * 1e6:.0f} µs"}
+#: Each chain's process computes with one BLAS thread. PyMC runs the chains in processes
+#: of their own; with BLAS's threads left to default, two GP chains on two cores took
+#: about 13 s to sample instead of 0.3 s (5,200 steps, both modes alike): threads of the
+#: two processes spinning against each other, noise that drowned the comparison.
+ONE_BLAS_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 #: Figures of nutpie's runs only.
 NUTPIE_FIGURES = ("import_seconds", "cfunc_seconds")
 
@@ -64,7 +69,8 @@ def measure(models: list[str], repeat: int, draws: int, log) -> dict:
             for sampler in SAMPLERS:
                 for mode, benchmark_mode in MODES.items():
                     with tempfile.TemporaryDirectory(prefix="nbcache-pymc-") as workdir:
-                        environment = benchmark_mode.environment(Path(workdir))
+                        environment = {**benchmark_mode.environment(Path(workdir)),
+                                       **ONE_BLAS_THREAD}
                         spec = {"model": model, "sampler": sampler, "mode": mode, "draws": draws}
                         for run in ("cold", "warm"):
                             result = run_child(spec, environment)
@@ -120,7 +126,11 @@ def write_report(samples: dict, arguments, minutes: float) -> str:
         f"load average {facts['load_average']:.2f} at the end",
         f"- numba_cache source: {facts['source']}",
         f"- `pm.sample(draws={arguments.draws}, tune={arguments.draws}, chains=2, cores=2)`, "
-        "each run a fresh process; cold: empty caches, warm: the cold run's caches",
+        "each run a fresh process with one BLAS thread (`" + " ".join(
+            f"{name}={value}" for name, value in ONE_BLAS_THREAD.items())
+        + "`: two chains' processes with default BLAS threads spin against each other, "
+        "about 40× slower GP sampling in both modes); "
+        "cold: empty caches, warm: the cold run's caches",
         "- import: `import nutpie` before `pm.sample` (it imports arviz, scipy.stats and "
         "matplotlib; `pm.sample` would do it first thing, in both modes alike); "
         "compile: `pm.sample` until the sampler draws (its time less PyMC's `sampling_time`); "
