@@ -85,8 +85,8 @@ def sample(model: str, sampler: str, draws: int = 30, mp_ctx: str | None = None,
     functions = _time_calls(pytensor, "function")
     with MODELS[model]():
         started = time.perf_counter()
-        idata = pm.sample(draws=draws, tune=draws, chains=CHAINS, cores=CHAINS, nuts_sampler=sampler,
-                          mp_ctx=mp_ctx, random_seed=seed, progressbar=False,
+        idata = pm.sample(draws=draws, tune=draws, chains=CHAINS, cores=CHAINS,
+                          nuts_sampler=sampler, mp_ctx=mp_ctx, random_seed=seed, progressbar=False,
                           compute_convergence_checks=False, discard_tuned_samples=False)
         seconds = time.perf_counter() - started
     # PyMC stamps it on sample_stats, or on the posterior for external samplers.

@@ -201,7 +201,6 @@ def full_refresh_failures() -> int:
     return _refreshing.failures
 
 
-
 def declare_globals(typing_context, values) -> None:
     """Give `typing_context` the types numba registered for those of `values` it
     registered (intrinsics: ``infer_global``, into the typing
