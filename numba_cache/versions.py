@@ -29,7 +29,9 @@ CODEGEN = 6
 #: 2: a body of many calls is split into functions (``CALLS_PER_FUNCTION``); fused
 #: kernels take their additive and multiplicative constants as arguments
 #: (``codegen/lifted_constants.py``).
-GRAPH_BODY = 2
+#: 3: the lifted constants are read from packs passed as arguments, and the key
+#: describes them by type and position: version 2 bodies embed their values.
+GRAPH_BODY = 3
 
 #: The stored form of a rewritten graph, or what rewriting produces; part of every rewrite key.
 #: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with
@@ -41,7 +43,9 @@ GRAPH_BODY = 2
 #: 5: the graph kernel key is stored as JSON, which ``verify`` checks without unpickling.
 #: 6: the kernel source of a graph calls fused kernels with their constants lifted
 #: (``codegen/lifted_constants.py``): version 5 digests no longer match.
-REWRITE_CACHE = 6
+#: 7: the kernel source passes lifted constants in packs, and graph kernel keys
+#: describe them by type (version 6 entries hold the keys by value).
+REWRITE_CACHE = 7
 
 #: The on-disk record of one entry (``store/record.py``), in its magic ``NBCACHE<n>``;
 #: version 2 records (every blob raw) are still read.

@@ -44,10 +44,12 @@ def test_second_process_loads_everything_and_compiles_nothing(tmp_path, private_
 
 
 def test_a_variant_graph_reuses_the_kernels_of_its_known_ops(private_store):
-    """A changed prior constant: a new graph kernel, yet op kernels are hits (level 2),
-    the fused ones holding the constant included (tests/test_lifted_constants.py)."""
+    """A dataset of other sizes: a new graph kernel, yet op kernels are hits (level 2),
+    the fused ones holding the constants the sizes changed included
+    (tests/test_lifted_constants.py)."""
     run_python(COMPILE_RADON)
-    variant = run_python(COMPILE_RADON.replace("radon_model()", "radon_model(prior_scale=4.0)"))
+    variant = run_python(COMPILE_RADON.replace(
+        "radon_model()", "radon_model(groups=12, observations=150)"))
     stats = variant["stats"]
     assert stats["graph.miss"] == 1
     assert stats.get("op.miss", 0) == 0 and stats["op.hit"] > 10

@@ -7,7 +7,8 @@ here runs two graphs: a function with two-output kernels (one returning a
 tuple, one output unused; Nonzero's, returning a list) and values read by
 several nodes; and, through the linker alone (PyTensor's functions copy such
 outputs first), a graph returning its input, a constant and one value twice.
-It counts numba's allocations over 50 calls (``NUMBA_NRT_STATS``) and checks
+An Elemwise of a Composite there reads its lifted constants as views into the
+graph kernel's pack. It counts numba's allocations over 50 calls (``NUMBA_NRT_STATS``) and checks
 that the results of the first call are intact after them. Cold and warm
 processes give the same bits; PyTensor's ``NUMBA`` is the reference, within
 ``NUMBA_ULP_BOUND``.
@@ -25,7 +26,10 @@ SCRIPT = """
 import gc, json
 import numpy as np
 import pytensor, pytensor.tensor as pt
+import pytensor.scalar as ps
+from pytensor.tensor.elemwise import Elemwise
 import numba_cache
+from numba_cache.codegen.lifted_constants import trailing_constants
 from numba_cache.kernels import graph_body
 if {calls_per_function!r} is not None:
     graph_body.CALLS_PER_FUNCTION = {calls_per_function!r}
@@ -47,8 +51,12 @@ point = [np.linspace(-1.0, 1.0, 7), np.array([[2.0, 1.0], [1.0, 3.0]])]
 y = pt.dvector("y")
 exp_y = pt.exp(y)
 constant = pt.constant(np.arange(3.0))
+# An Elemwise of a Composite, as no rewrite leaves it: its constants lifted as tensors
+# of one element, views into the graph kernel's pack.
+s = ps.float64("s")
+scaled = Elemwise(ps.Composite([s], [s * ps.constant(2.5) + ps.constant(-0.5)]))(exp_y)
 linker = {{"NUMBA": NumbaLinker, "NUMBA_CACHE": NumbaCacheLinker}}[{mode!r}]()
-fgraph = FunctionGraph([y], [y, exp_y, exp_y, constant, exp_y + constant], clone=False)
+fgraph = FunctionGraph([y], [y, exp_y, exp_y, constant, exp_y + constant, scaled], clone=False)
 thunk, inputs, outputs = linker.accept(fgraph).make_thunk()
 
 def call_linked():
@@ -74,6 +82,7 @@ print(json.dumps({{
     "alive": (after.mi_alloc - after.mi_free) - (before.mi_alloc - before.mi_free),
     "multi_output_nodes": sorted(type(node.op).__name__ for node in nodes if len(node.outputs) > 1),
     "intact": all(np.array_equal(a, b) for a, b in zip(kept, first, strict=True)),
+    "lifted": len(trailing_constants(scaled.owner)),
     "values": [np.asarray(value).tolist() for value in first],
     "stats": dict(numba_cache.session_stats()),
 }}))
@@ -97,6 +106,7 @@ def test_references_are_released_and_results_intact_cold_and_warm(calls_per_func
     # The graph still has what it is meant to test.
     assert {"Eigh", "Nonzero"} <= set(cold["multi_output_nodes"]), cold["multi_output_nodes"]
     assert len(cold["multi_output_nodes"]) >= 3
+    assert cold["lifted"] == 2
     for report in (reference, cold, warm):
         # Every call allocates its intermediates and results; none outlives the call
         # but the results, which Python frees when it drops them.

@@ -116,6 +116,50 @@ print(json.dumps({"order": [float(constant.data) for constant in trailing_consta
     assert len(orders) == 1 and sorted(next(iter(orders))) == [-0.75, 0.125, 0.25, 3.5, 9.5]
 
 
+def _graph(expression):
+    """A graph of one ``Elemwise`` of a ``Composite`` computing ``expression(a, b)`` on
+    scalars, on two vectors (and its graph key)."""
+    from pytensor.graph.fg import FunctionGraph
+
+    from numba_cache.keys.fingerprint import current_fingerprint
+    from numba_cache.keys.kernels import graph_kernel_key
+
+    a, b = ps.float64("a"), ps.float64("b")
+    x, y = pt.dvector("x"), pt.dvector("y")
+    fgraph = FunctionGraph([x, y], [Elemwise(ps.Composite([a, b], [expression(a, b)]))(x, y)])
+    return fgraph, graph_kernel_key(fgraph, current_fingerprint()).digest
+
+
+def test_graph_keys_describe_lifted_constants_by_type_and_position_not_value():
+    from numba_cache.keys.graph import describe_graph
+
+    def scaled(scale, shift, exponent=2.0):
+        return lambda a, b: (a * ps.constant(scale) + ps.constant(shift)) ** ps.constant(exponent) - b
+
+    first, key = _graph(scaled(0.5, 918.0))
+    second, same = _graph(scaled(0.25, -3.0))
+    assert key == same  # only lifted values differ: the kernel serves both
+    assert describe_graph(first, hide_constants=True).digest != \
+           describe_graph(second, hide_constants=True).digest  # what rewriting reads keeps them
+    assert _graph(scaled(0.5, 918.0, exponent=3.0))[1] != key  # a baked constant's value
+    assert _graph(scaled(0.5, 918.0, exponent=2.0))[1] == key
+    assert _graph(lambda a, b: (a * ps.constant(0.5) + ps.constant(918.0)) ** ps.constant(2.0)
+                  + b)[1] != key  # the structure around them
+
+
+def test_one_constant_read_twice_and_two_constants_give_other_graph_keys():
+    """One constant object read twice is one lifted argument, two objects are two, even of
+    equal values (how a graph was built decides, and PyTensor may hand out a frozen
+    graph equal to one built before): the keys tell the two kernels apart."""
+    shared = ps.constant(0.75)
+    one, key_one = _graph(lambda a, b: a * shared + b * shared)
+    two, key_two = _graph(lambda a, b: a * ps.constant(0.625) + b * ps.constant(0.625))
+    [node_one], [node_two] = one.apply_nodes, two.apply_nodes
+    assert (len(trailing_constants(node_one)), len(trailing_constants(node_two))) == (1, 2)
+    assert key_one != key_two
+    assert _graph(lambda a, b: a * ps.constant(3.0) + b * ps.constant(-1.0))[1] == key_two
+
+
 VARIANT = """
 import json
 import numpy as np
@@ -137,15 +181,40 @@ print(json.dumps({{"compiles": compiles, "stats": dict(numba_cache.session_stats
 """
 
 
-def compile_radon(kwargs: dict, mode: str = "NUMBA_CACHE", fail: bool = False) -> dict:
+def compile_radon(kwargs: dict, mode: str = "NUMBA_CACHE", fail: bool = False,
+                  env: dict | None = None) -> dict:
     """Radon compiled and run in a fresh process; with `fail`, as if PyTensor would build
     no node taking lifted constants."""
-    return run_python(VARIANT.format(kwargs=kwargs, mode=mode, fail=fail))
+    return run_python(VARIANT.format(kwargs=kwargs, mode=mode, fail=fail), env)
 
 
-@pytest.mark.parametrize("kwargs", [{"prior_scale": 2.5}, {"groups": 12, "observations": 150}],
-                         ids=["prior scale", "dataset sizes"])
-def test_a_variant_of_changed_constants_compiles_no_op_kernel(private_store, kwargs):
+def _assert_near_numba(kwargs: dict, values: list) -> None:
+    reference = compile_radon(kwargs, mode="NUMBA")
+    assert max_ulp_distance([np.asarray(value) for value in values],
+                            [np.asarray(value) for value in reference["values"]]) <= NUMBA_ULP_BOUND
+
+
+@pytest.mark.parametrize("kwargs", [{"prior_scale": 2.5}, {"prior_scale": 2.5, "extra_term": True}],
+                         ids=["prior scale", "prior scale, extra term"])
+def test_a_variant_of_changed_prior_constants_is_a_graph_kernel_hit(private_store, tmp_path,
+                                                                    kwargs):
+    """The graph kernel passes lifted constants from a pack, so a model whose prior scale
+    changed finds the graph kernel of the same model compiled before, compiles nothing,
+    and gives the bits of the variant compiled cold in a store of its own."""
+    base = {key: value for key, value in kwargs.items() if key != "prior_scale"}
+    compile_radon(base)
+    variant = compile_radon(kwargs)
+    assert variant["stats"]["graph.hit"] == 1 and variant["compiles"] == []
+    assert variant["built"] == 0
+    alone = compile_radon(kwargs, env={"NBCACHE_DIR": str(tmp_path / "alone")})
+    assert alone["stats"]["graph.miss"] == 1
+    assert variant["values"] == alone["values"]
+    assert variant["values"] != compile_radon(base)["values"]
+    _assert_near_numba(kwargs, variant["values"])
+
+
+def test_a_dataset_of_other_sizes_compiles_its_graph_kernel_and_no_op_kernel(private_store):
+    kwargs = {"groups": 12, "observations": 150}
     compile_radon({})
     cold = compile_radon(kwargs)
     assert cold["stats"]["graph.miss"] == 1 and cold["stats"].get("op.miss", 0) == 0
@@ -153,9 +222,7 @@ def test_a_variant_of_changed_constants_compiles_no_op_kernel(private_store, kwa
     warm = compile_radon(kwargs)
     assert warm["stats"]["graph.hit"] == 1 and warm["values"] == cold["values"]
     assert cold["built"] > 0 and warm["built"] == 0  # a hit builds no lifted node
-    reference = compile_radon(kwargs, mode="NUMBA")
-    assert max_ulp_distance([np.asarray(value) for value in cold["values"]],
-                            [np.asarray(value) for value in reference["values"]]) <= NUMBA_ULP_BOUND
+    _assert_near_numba(kwargs, cold["values"])
 
 
 def test_a_node_pytensor_will_not_lift_is_computed_baked_and_its_graph_not_stored(private_store):

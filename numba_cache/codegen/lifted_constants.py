@@ -54,6 +54,17 @@ def trailing_constants(node) -> tuple:
     return () if found is None else found.constants
 
 
+def lifted_positions(node) -> dict:
+    """``{id(constant): position}`` for the constants of `node`'s own (inner) graph that its
+    kernel takes as trailing inputs, by position among them: {} when none is. Builds no node."""
+    try:
+        found = _found(node)
+    except Exception:  # noqa: BLE001 - as trailing_constants: then nothing is lifted
+        return {}
+    return {} if found is None else {id(constant): position
+                                     for position, constant in enumerate(found.liftable)}
+
+
 def lifted(node, constants: tuple):
     """The node computing `node` with `constants` (its :func:`trailing_constants`, not
     empty) as trailing inputs, the same outputs' types; None if PyTensor will not build it."""

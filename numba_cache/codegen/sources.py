@@ -1,8 +1,10 @@
 """Python source of the generated functions: op kernel wrappers and graph functions.
 
 Names in generated code are positional (``i0`` for input 0, ``v3_1`` for output
-1 of node 3, ``c2`` for constant 2, ``k3`` for the kernel of node 3), so the
-source depends only on the graph's structure, never on variable names or ids.
+1 of node 3, ``c2`` for constant 2, ``l3_0`` for the first constant lifted out of
+node 3's kernel, ``p0`` for a pack of lifted constants, ``k3`` for the kernel of
+node 3), so the source depends only on the graph's structure, never on variable
+names or ids.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from textwrap import indent
 
+import numpy as np
 from pytensor.graph.basic import Constant
 
 from numba_cache.codegen.lifted_constants import trailing_constants
@@ -58,6 +61,16 @@ class KernelNode:
     trailing: tuple
 
 
+@dataclass(frozen=True)
+class Pack:
+    """The constants lifted out of fused kernels (:mod:`.lifted_constants`) of one dtype,
+    passed to the graph function as one array argument, `name`, in the order of `members`."""
+
+    name: str
+    dtype: str
+    members: tuple
+
+
 @dataclass
 class GraphSource:
     """Generated source of a graph function and the globals it expects.
@@ -71,7 +84,10 @@ class GraphSource:
 
     `kernels` maps global names to the :class:`KernelNode` each op kernel computes;
     `constants` maps global names to constants frozen into the kernel;
-    `hidden` lists the constants passed as trailing arguments ``h0, h1, ...``.
+    `hidden` lists the constants passed as trailing arguments ``h0, h1, ...``;
+    `lifted` maps names to the constants lifted out of fused kernels, which are
+    passed after those in the `packs` (:meth:`pack_values`), one value per step
+    reading it: the graph kernel serves every value of them.
     """
 
     function_name: str
@@ -83,6 +99,14 @@ class GraphSource:
     arguments: list = field(default_factory=list)
     embedded: list = field(default_factory=list)
     returned: list = field(default_factory=list)
+    lifted: dict = field(default_factory=dict)
+    packs: list = field(default_factory=list)
+
+    def pack_values(self) -> list[np.ndarray]:
+        """The arrays passed for `packs`: each lifted constant's value, in its dtype."""
+        return [np.array([np.asarray(self.lifted[name].data).reshape(-1)[0]
+                          for name in pack.members], dtype=pack.dtype)
+                for pack in self.packs]
 
 
 def grouped(items: list, limit: int = ARGUMENTS_PER_CALL) -> list:
@@ -126,11 +150,14 @@ def graph_source(fgraph, function_name: str, hidden: list, order: list) -> Graph
             constants[names[variable]] = variable
         return names[variable]
 
+    lifted: dict = {}
     lines = []
     steps = []
     for index, node in enumerate(order):
         trailing = trailing_constants(node)
-        inputs = tuple(name_of(variable) for variable in [*node.inputs, *trailing])
+        lifted_names = [f"l{index}_{position}" for position in range(len(trailing))]
+        lifted.update(zip(lifted_names, trailing, strict=True))
+        inputs = (*(name_of(variable) for variable in node.inputs), *lifted_names)
         outputs = []
         for position, output in enumerate(node.outputs):
             names[output] = f"v{index}_{position}"
@@ -144,15 +171,29 @@ def graph_source(fgraph, function_name: str, hidden: list, order: list) -> Graph
 
     returned = [name_of(variable) for variable in fgraph.outputs]
     lines.append(f"# return ({', '.join(returned)},)" if returned else "# return None")
+    packs = _packs(lifted)
     parameters = [names[variable] for variable in fgraph.inputs]
     parameters += [names[constant] for constant in hidden]
+    parameters += [pack.name for pack in packs]
+    for pack in packs:
+        lines.append(f"# {pack.name}: {pack.dtype} [{', '.join(pack.members)}]")
     embedded = [name for name, constant in constants.items() if _embeddable(constant)]
     arguments = [*parameters, *(name for name in constants if name not in embedded)]
     lines.append(f"return {GRAPH_BODY}({_spelled(grouped(arguments))})")
     body = indent("\n".join(lines), "    ")
     source = f"def {function_name}({', '.join(parameters)}):\n{body}\n"
     return GraphSource(function_name, source, kernels, constants, list(hidden), steps,
-                       arguments, embedded, returned)
+                       arguments, embedded, returned, lifted, packs)
+
+
+def _packs(lifted: dict) -> list[Pack]:
+    """The lifted constants `lifted` (names to constants, in order) packed by dtype, the
+    packs in the order their dtypes first appear."""
+    members: dict = {}
+    for name, constant in lifted.items():
+        members.setdefault(constant.type.dtype, []).append(name)
+    return [Pack(f"p{position}", dtype, tuple(names))
+            for position, (dtype, names) in enumerate(members.items())]
 
 
 def _embeddable(constant) -> bool:

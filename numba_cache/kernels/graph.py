@@ -38,7 +38,8 @@ from numba_cache.keys.order import execution_order
 
 @dataclass(frozen=True)
 class GraphKernel:
-    """A graph's numba dispatcher, and the values of its trailing hidden arguments."""
+    """A graph's numba dispatcher, and the values of its trailing hidden arguments: its
+    hidden constants, then its packs of lifted constants."""
 
     dispatcher: object
     hidden_values: list
@@ -93,9 +94,11 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
             if op_verdict is not None:
                 uncacheable_ops.append(f"{node.op} ({op_verdict.reason})")
         embedded = {name: namespace[name] for name in generated.embedded}
+        lifted = {name: (pack.name, position, generated.lifted[name].data)
+                  for pack in generated.packs for position, name in enumerate(pack.members)}
         namespace[GRAPH_BODY] = graph_body(
             generated.arguments, embedded, steps, generated.returned,
-            lambda kernel, signature: kernel_servers[kernel](signature))
+            lambda kernel, signature: kernel_servers[kernel](signature), lifted)
         if uncacheable_ops:
             return Uncacheable(
                 "contains-uncacheable",
@@ -110,7 +113,8 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
         pipeline_class=GlueCompiler,
     )
     _tell_what_conversion_tells(cache)
-    return GraphKernel(dispatcher, [hidden_value(constant) for constant in generated.hidden])
+    return GraphKernel(dispatcher, [*(hidden_value(constant) for constant in generated.hidden),
+                                    *generated.pack_values()])
 
 
 def _computed(kernel_node, step):

@@ -11,7 +11,11 @@ reference counts numba's lowering of one Python statement per node gave:
 - tensor and scalar constants are embedded here, typed and made as numba types and
   makes a global (an array is read-only; ``get_constant_generic``); other constants
   are arguments, globals of the graph function that numba types itself;
-- the arguments (inputs, hidden constants, other constants) are borrowed;
+- the constants lifted out of fused kernels are read from their pack, an argument:
+  typed as their embedded values would be (the op kernels' signatures are the
+  same), a scalar loaded, a one-element tensor a read-only view into the pack;
+- the arguments (inputs, hidden constants, packs, other constants) and the lifted
+  constants are borrowed;
 - an op kernel's results are owned, and released after their last use unless returned
   (a list holding several outputs is unpacked by a small numba function, then released);
 - each value returned carries a reference of its own.
@@ -46,10 +50,13 @@ from numba_cache.kernels.symbol_calls import emit_call
 CALLS_PER_FUNCTION = 100
 
 
-def graph_body(arguments: list, embedded: dict, steps: list, returned: list, serve: Callable):
+def graph_body(arguments: list, embedded: dict, steps: list, returned: list, serve: Callable,
+               lifted: dict | None = None):
     """A numba intrinsic taking `arguments` (names, as :func:`.sources.grouped` groups them),
-    embedding the constants `embedded` maps names to (values), running `steps`
-    (:class:`.sources.Step`) and returning the tuple of the values `returned` names.
+    embedding the constants `embedded` maps names to (values), reading the constants
+    `lifted` maps names to ``(pack name, position, value)`` from their packs (the value
+    only types them), running `steps` (:class:`.sources.Step`) and returning the tuple
+    of the values `returned` names.
 
     ``serve(kernel, signature)`` gives, for the global name of a step's kernel and
     the numba types of its arguments, the compile result to call and whether to
@@ -60,12 +67,15 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
 
     owned = {name for step in steps for name in step.outputs}
     structure = grouped(arguments)
+    lifted = {} if lifted is None else lifted
 
     def typer(typingctx, *given):
         given_types = dict(_leaves(structure, given, lambda type_, position: type_[position]))
         value_types = {name: types.unliteral(type_) for name, type_ in given_types.items()}
         value_types.update((name, _global_type(typingctx, value))
                            for name, value in embedded.items())
+        value_types.update((name, _global_type(typingctx, value))
+                           for name, (_, _, value) in lifted.items())
         calls = []
         for step in steps:
             signature = tuple(value_types[name] for name in step.inputs)
@@ -89,7 +99,9 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
                       for name, value in _leaves(structure, given_values, builder.extract_value)}
             values.update((name, context.get_constant_generic(builder, value_types[name], value))
                           for name, value in embedded.items())
-            emitter = _StepEmitter(context, value_types, steps, calls, returned, embedded)
+            emitter = _StepEmitter(context, value_types, steps, calls, returned, embedded, lifted)
+            values.update((name, emitter.lifted_value(builder, name, values[pack]))
+                          for name, (pack, _, _) in lifted.items())
             parts = _parts(len(steps))
             if len(parts) == 1:
                 emitter.emit(builder, parts[0], values, {})
@@ -128,13 +140,14 @@ class _StepEmitter:
 
     `calls` holds, per step, what the typer chose: the compile result, whether it
     is called by symbol, and the compile result unpacking its list of outputs if any;
-    `embedded` maps the names of the constants the body embeds to their values.
+    `embedded` maps the names of the constants the body embeds to their values,
+    `lifted` those of the constants read from packs to ``(pack, position, value)``.
     """
 
     def __init__(self, context, value_types: dict, steps: list, calls: list, returned: list,
-                 embedded: dict):
+                 embedded: dict, lifted: dict):
         self.context, self.value_types, self.steps, self.calls = context, value_types, steps, calls
-        self.returned, self.embedded = set(returned), embedded
+        self.returned, self.embedded, self.lifted = set(returned), embedded, lifted
         self.owned = {name for step in steps for name in step.outputs}
         self.last_use = {name: index for index, step in enumerate(steps) for name in step.inputs}
 
@@ -169,6 +182,33 @@ class _StepEmitter:
                         and self.last_use.get(name, -1) <= index and context.enable_nrt):
                     context.nrt.decref(builder, self.value_types[name], values[name])
 
+    def lifted_value(self, builder, name: str, pack):
+        """The lifted constant `name` read from `pack`, the LLVM value of its pack: a
+        scalar, or a one-element tensor viewing the pack's element (its reference)."""
+        from llvmlite import ir
+        from numba.core import cgutils, types
+        from numba.np.arrayobj import populate_array
+
+        context, value_type = self.context, self.value_types[name]
+        pack_name, position, _ = self.lifted[name]
+        pack = context.make_array(self.value_types[pack_name])(context, builder, pack)
+        element = cgutils.gep_inbounds(builder, pack.data, position)
+        if not isinstance(value_type, types.Array):
+            return builder.load(element)
+        view = context.make_array(value_type)(context, builder)
+        intp = context.get_value_type(types.intp)
+        itemsize = context.get_abi_sizeof(context.get_data_type(value_type.dtype))
+        populate_array(
+            view,
+            data=builder.bitcast(element, view.data.type),
+            shape=cgutils.pack_array(builder, [ir.Constant(intp, 1)] * value_type.ndim, intp),
+            strides=cgutils.pack_array(builder, [ir.Constant(intp, itemsize)] * value_type.ndim,
+                                       intp),
+            itemsize=ir.Constant(intp, itemsize),
+            meminfo=pack.meminfo,
+        )
+        return view._getvalue()
+
     def emit_in_functions(self, builder, parts: list[range], values: dict) -> None:
         """Emit the steps as calls of one LLVM function per part, and add the values
         returned to `values`.
@@ -178,7 +218,8 @@ class _StepEmitter:
         pointer to it, with numba's calling convention (an error propagates, as from a
         call). An embedded constant is made in each part that reads it: through the
         frame, its fields would be stored and loaded at every call (on the large
-        benchmark model, 6% of a call's time).
+        benchmark model, 6% of a call's time); a lifted constant is read from its
+        pack in each part that reads it, the pack passing through the frame.
         Register allocation and stack slot colouring cost more than linearly in a
         function's size, and the machine code of one function is held whole: the
         large benchmark model's graph kernel (1,000 calls) in one function took about
@@ -191,7 +232,8 @@ class _StepEmitter:
         part_of = {index: number for number, part in enumerate(parts) for index in part}
         made_in = {name: part_of[index] for index, step in enumerate(self.steps)
                    for name in step.outputs}
-        crossing = {name for index, step in enumerate(self.steps) for name in step.inputs
+        crossing = {self.lifted[name][0] if name in self.lifted else name
+                    for index, step in enumerate(self.steps) for name in step.inputs
                     if made_in.get(name) != part_of[index] and name not in self.embedded}
         crossing |= {name for name in self.returned if name in made_in}
         slot_of = {name: position for position, name in enumerate(sorted(crossing))}
@@ -226,12 +268,18 @@ class _StepEmitter:
             pointer = part_builder.bitcast(pointer, frame.type)
             read = dict.fromkeys(name for index in part for name in self.steps[index].inputs
                                  if made_in.get(name) != number)
-            part_values = {
-                name: (context.get_constant_generic(part_builder, self.value_types[name],
-                                                    self.embedded[name])
-                       if name in self.embedded
-                       else part_builder.load(address(part_builder, pointer, name)))
-                for name in read}
+            packs = {self.lifted[name][0] for name in read if name in self.lifted}
+            part_values = {pack: part_builder.load(address(part_builder, pointer, pack))
+                           for pack in sorted(packs)}
+            for name in read:
+                if name in self.embedded:
+                    part_values[name] = context.get_constant_generic(
+                        part_builder, self.value_types[name], self.embedded[name])
+                elif name in self.lifted:
+                    part_values[name] = self.lifted_value(
+                        part_builder, name, part_values[self.lifted[name][0]])
+                elif name not in part_values:
+                    part_values[name] = part_builder.load(address(part_builder, pointer, name))
             self.emit(part_builder, part, part_values, {})
             for name in slot_of:
                 if made_in.get(name) == number:

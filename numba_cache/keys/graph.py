@@ -29,6 +29,7 @@ from pytensor.graph.fg import AbstractFunctionGraph
 from pytensor.graph.type import Type
 from pytensor.tensor.type import TensorType
 
+from numba_cache.codegen.lifted_constants import lifted_positions
 from numba_cache.keys.canonical import canonical, digest, props_description, qualified_name
 from numba_cache.keys.constants import hidden_constants
 
@@ -170,13 +171,32 @@ def constant_digest(constant: Constant) -> str:
     return digest([describe_type(constant.type), canonical(constant.data)])
 
 
-def describe_graph(fgraph, hide_constants: bool = False, order=None) -> GraphDescription:
+#: ``{id(constant): position}`` of the lifted constants of the op being described.
+_LIFTED = contextvars.ContextVar("numba_cache_lifted_constants", default={})
+
+
+def _op_digest(op, lifted: dict) -> str:
+    """The digest of `op`'s description, its `lifted` constants described by position and
+    type (their values reach its kernel as arguments)."""
+    token = _LIFTED.set(lifted)
+    try:
+        return digest(describe_op(op))
+    finally:
+        _LIFTED.reset(token)
+
+
+def describe_graph(fgraph, hide_constants: bool = False, order=None,
+                   lift_constants: bool = False) -> GraphDescription:
     """Describe `fgraph` by content (see the module docstring).
 
     With `hide_constants`, constants passed to kernels as arguments are described
-    by type and shape, not content (see :mod:`.constants`). `order` is the node
-    order of the per-node details (a topological order; ``fgraph.toposort()``
-    by default): the digest does not depend on it.
+    by type and shape, not content (see :mod:`.constants`). With `lift_constants`,
+    so are the constants lifted out of fused kernels, which a graph kernel passes
+    to them at run time (see :mod:`numba_cache.codegen.lifted_constants`): by their
+    type and position among their node's. Only for graph kernel keys: rewriting
+    reads those values. `order` is the node order of the per-node details (a
+    topological order; ``fgraph.toposort()`` by default): the digest does not
+    depend on it.
     """
     references: dict = {}
     for position, variable in enumerate(fgraph.inputs):
@@ -189,15 +209,24 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None) -> GraphDes
         if variable not in references:
             if not isinstance(variable, Constant):
                 raise ValueError(f"{variable} is neither an input, a constant nor computed")
-            references[variable] = ["constant", constant_digest(variable)]
+            position = _LIFTED.get().get(id(variable))
+            references[variable] = (
+                ["constant", constant_digest(variable)] if position is None
+                else ["lifted", digest(describe_type(variable.type)), position])
         return references[variable]
 
     op_digests: dict = {}
+    summaries: dict = {}
     nodes = []
     for node in fgraph.toposort() if order is None else order:
         op = node.op
         if op not in op_digests:
-            op_digests[op] = digest(describe_op(op))
+            lifted = lifted_positions(node) if lift_constants else {}
+            op_digests[op] = (_op_digest(op, lifted) if lift_constants
+                              else digest(describe_op(op)))  # nested: in its op's lifting
+            # A summary is part of the key too: it must not spell lifted values.
+            summaries[op] = (f"{type(op).__name__} (constants lifted)" if lifted
+                             else str(op)[:_SUMMARY_WIDTH])
         inputs = [reference(variable) for variable in node.inputs]
         node_digest = digest(
             [op_digests[op], inputs, [describe_type(out.type) for out in node.outputs]]
@@ -206,7 +235,7 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None) -> GraphDes
             references[output] = ["node", node_digest, position]
         nodes.append(
             {
-                "op": str(op)[:_SUMMARY_WIDTH],
+                "op": summaries[op],
                 "op_digest": op_digests[op],
                 "inputs": [_short(ref) for ref in inputs],
                 "node": node_digest,
@@ -228,6 +257,8 @@ def _short(reference: list) -> str:
         return f"constant:{rest[0][:12]}"
     if kind == "hidden":
         return f"hidden[{rest[1]}]:{rest[0][:12]}"
+    if kind == "lifted":
+        return f"lifted[{rest[1]}]:{rest[0][:12]}"
     return f"node:{rest[0][:12]}[{rest[1]}]"
 
 

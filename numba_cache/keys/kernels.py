@@ -11,7 +11,10 @@ types, putting whatever else it reads into its own key, so one kernel serves
 every node that differs only in its constants or lengths (a model with a
 thousand terms has a few dozen kernels, not a thousand). In the graph key, large
 array constants are kernel arguments and enter by type and shape only (see
-:mod:`.constants`).
+:mod:`.constants`), and so do the constants lifted out of fused kernels, which the
+graph kernel passes to them from a pack (see
+:mod:`numba_cache.codegen.lifted_constants`): a model whose prior scale changed
+finds its graph kernel stored.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ def graph_kernel_key(fgraph, fingerprint, order=None, op_calls: str = BY_SYMBOL)
     source evaluates nodes in, so a key names one source. `op_calls` is
     :data:`BY_SYMBOL` or :data:`LINKED`: the same source compiles to other code.
     """
-    description = describe_graph(fgraph, hide_constants=True,
+    description = describe_graph(fgraph, hide_constants=True, lift_constants=True,
                                  order=execution_order(fgraph) if order is None else order)
     return Key.from_components(
         "graph",
