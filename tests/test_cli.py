@@ -114,12 +114,14 @@ def entry_of(entries, *, kind, fingerprint, summary_part="") -> dict:
     return found
 
 
-def graph_of_exp(store: Path, entries: list[dict], fingerprint: str) -> dict:
-    """The graph entry of `EXP` under `fingerprint`: the one whose source calls exp."""
+def graph_of_exp(store: Path, entries: list[dict], fingerprint: str,
+                 marker: str = "(constants lifted)") -> dict:
+    """The graph entry of `EXP` under `fingerprint`: the one whose source has `marker`
+    (its constant is lifted out of its kernel, LOG's graph has none)."""
     (found,) = [
         entry for entry in entries
         if entry["kind"] == "graph" and entry["fingerprint"] == fingerprint
-        and "exp(i0)" in source_copy(store, entry).read_text()
+        and marker in source_copy(store, entry).read_text()
     ]
     return found
 
@@ -218,7 +220,7 @@ def test_show_prints_one_entry_by_a_unique_key_prefix(store, compiled):
     assert result.returncode == 0, result.stderr
     text = result.stdout
     assert graph["key"] in text and compiled.current in text
-    assert "components" in text and "Composite{(2.0 * exp(i0))}" in text
+    assert "components" in text and "Elemwise (constants lifted)" in text
     assert "source" in text and "def graph_" in text
     shown = json_of("show", graph["key"][:8])
     assert shown["components"]["fingerprint"] == compiled.current
@@ -340,28 +342,46 @@ def test_clear_stale_keeps_the_fingerprint_of_the_environment_it_runs_in(store, 
 
 
 def test_explain_names_the_node_whose_constant_changed(store, compiled, tmp_path):
+    """A constant baked into its kernel (a comparison's), changed: a miss of both levels."""
+    baked = "pt.exp(x) * (x > 2.0)"
+    run_python(program(baked) + "print('{}')")
     target = tmp_path / "three.py"
-    target.write_text(program(EXP.replace("2.0", "3.0")))
+    target.write_text(program(baked.replace("2.0", "3.0")))
     before = listing()
     result = numba_cache("explain", str(target), "--json", "-vv")
     assert result.returncode == 0, result.stderr
     lookups = {lookup["kind"]: lookup for lookup in json.loads(result.stdout)["lookups"]}
     graph = lookups["graph"]
     assert graph["decision"] == "miss"
-    # The nearest graph is the one with the other constant, although the graph of
-    # LOG, as like it but for its nodes, was used more recently.
-    assert graph["nearest"]["key"] == graph_of_exp(store, before, compiled.current)["key"]
+    # The nearest graph is the one with the other constant, not EXP's, as like it but
+    # for its node.
+    assert graph["nearest"]["key"] == graph_of_exp(store, before, compiled.current,
+                                                   marker="gt(i0, 2.0)")["key"]
     assert graph["differences"] == [{
         "component": "nodes[0].op",
-        "old": "Composite{(2.0 * exp(i0))}",
-        "new": "Composite{(3.0 * exp(i0))}",
+        "old": "Composite{(exp(i0) * gt(i0, 2.0))}",
+        "new": "Composite{(exp(i0) * gt(i0, 3.0))}",
     }]
-    # The op kernel takes the constant as an argument (numba_cache/codegen/lifted_constants.py).
-    assert lookups["op"]["decision"] == "hit"
+    assert lookups["op"]["decision"] == "miss"
     # -vv logs each lookup with its decision and key components.
     assert f"graph miss {graph['key'][:12]}" in result.stderr
     assert f"fingerprint={compiled.current[:12]}" in result.stderr
     assert listing() == before  # explaining stores nothing and touches nothing
+
+
+def test_explain_tells_a_changed_lifted_constant_hits_both_levels(store, compiled, tmp_path):
+    """EXP's constant is an argument of its op kernel and of its graph kernel
+    (numba_cache/codegen/lifted_constants.py): another value is a hit."""
+    target = tmp_path / "three.py"
+    target.write_text(program(EXP.replace("2.0", "3.0")))
+    before = listing()
+    result = numba_cache("explain", str(target), "--json")
+    assert result.returncode == 0, result.stderr
+    lookups = {lookup["kind"]: lookup for lookup in json.loads(result.stdout)["lookups"]}
+    assert lookups["graph"]["decision"] == "hit"
+    assert lookups["graph"]["key"] == graph_of_exp(store, before, compiled.current)["key"]
+    assert lookups["rewrite"]["decision"] == "miss"  # rewriting reads the value
+    assert set(lookups) == {"rewrite", "graph"}  # a graph hit looks up no op kernel
 
 
 def test_explain_names_the_fingerprint_component_that_changed(store, tmp_path):

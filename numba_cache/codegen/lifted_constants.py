@@ -65,6 +65,14 @@ def lifted_positions(node) -> dict:
                                      for position, constant in enumerate(found.liftable)}
 
 
+def summary(node, width: int | None = None) -> str:
+    """`node`'s op as text (of at most `width` characters), never spelling the values of
+    constants lifted out of its kernel (a graph kernel serves every value of them)."""
+    if trailing_constants(node):
+        return f"{type(node.op).__name__} (constants lifted)"[:width]
+    return str(node.op)[:width]
+
+
 def lifted(node, constants: tuple):
     """The node computing `node` with `constants` (its :func:`trailing_constants`, not
     empty) as trailing inputs, the same outputs' types; None if PyTensor will not build it."""

@@ -16,7 +16,7 @@ from textwrap import indent
 import numpy as np
 from pytensor.graph.basic import Constant
 
-from numba_cache.codegen.lifted_constants import trailing_constants
+from numba_cache.codegen.lifted_constants import summary, trailing_constants
 
 _IDENTIFIER_UNSAFE = re.compile(r"\W+")
 
@@ -166,7 +166,7 @@ def graph_source(fgraph, function_name: str, hidden: list, order: list) -> Graph
         kernels[kernel] = KernelNode(node, trailing)
         steps.append(Step(kernel, inputs, tuple(outputs)))
         # The op only: printing the node would print its constants, slowly.
-        lines.append(indent(str(node.op), "# "))
+        lines.append(indent(summary(node), "# "))
         lines.append(f"# {', '.join(outputs)} = {kernel}({', '.join(inputs)})")
 
     returned = [name_of(variable) for variable in fgraph.outputs]

@@ -29,7 +29,7 @@ from pytensor.graph.fg import AbstractFunctionGraph
 from pytensor.graph.type import Type
 from pytensor.tensor.type import TensorType
 
-from numba_cache.codegen.lifted_constants import lifted_positions
+from numba_cache.codegen.lifted_constants import lifted_positions, summary
 from numba_cache.keys.canonical import canonical, digest, props_description, qualified_name
 from numba_cache.keys.constants import hidden_constants
 
@@ -221,11 +221,10 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None,
     for node in fgraph.toposort() if order is None else order:
         op = node.op
         if op not in op_digests:
-            lifted = lifted_positions(node) if lift_constants else {}
-            op_digests[op] = (_op_digest(op, lifted) if lift_constants
+            op_digests[op] = (_op_digest(op, lifted_positions(node)) if lift_constants
                               else digest(describe_op(op)))  # nested: in its op's lifting
             # A summary is part of the key too: it must not spell lifted values.
-            summaries[op] = (f"{type(op).__name__} (constants lifted)" if lifted
+            summaries[op] = (summary(node, _SUMMARY_WIDTH) if lift_constants
                              else str(op)[:_SUMMARY_WIDTH])
         inputs = [reference(variable) for variable in node.inputs]
         node_digest = digest(
