@@ -160,6 +160,31 @@ def test_one_constant_read_twice_and_two_constants_give_other_graph_keys():
     assert _graph(lambda a, b: a * ps.constant(3.0) + b * ps.constant(-1.0))[1] == key_two
 
 
+def test_a_constant_a_nested_composite_bakes_keeps_its_value_in_the_graph_key():
+    """PyTensor interns frozen nodes with their constants: ``x * c`` in a nested Composite
+    is the very node ``a * c`` of the outer graph, whose kernel takes c as an argument.
+    The nested one bakes it: other values are other kernels."""
+    def nested(value):
+        def expression(a, b):
+            x = ps.float64("x")
+            inner = ps.Composite([x], [(x * ps.constant(value)) ** ps.constant(3.0)])
+            return a * ps.constant(value) + inner(a) - b
+        return expression
+
+    first, key = _graph(nested(0.375))
+    [node] = first.apply_nodes
+    composite = node.op.scalar_op
+    [inner] = [inner.op for inner in composite.fgraph.apply_nodes
+               if isinstance(inner.op, ps.Composite)]
+    [lifted] = [constant for constant in trailing_constants(node)]
+    assert float(lifted.data.ravel()[0]) == 0.375
+    constants = [{id(variable) for inner_node in graph.apply_nodes for variable in inner_node.inputs
+                  if isinstance(variable, ps.ScalarConstant) and variable.data == 0.375}
+                 for graph in (composite.fgraph, inner.fgraph)]
+    assert constants[0] & constants[1], "the two graphs no longer share the constant object"
+    assert _graph(nested(0.625))[1] != key
+
+
 VARIANT = """
 import json
 import numpy as np

@@ -54,15 +54,23 @@ def trailing_constants(node) -> tuple:
     return () if found is None else found.constants
 
 
-def lifted_positions(node) -> dict:
-    """``{id(constant): position}`` for the constants of `node`'s own (inner) graph that its
-    kernel takes as trailing inputs, by position among them: {} when none is. Builds no node."""
+def lifted_positions(node) -> tuple:
+    """``(graph, {id(constant): position})``: the ``Composite``'s graph whose constants
+    `node`'s kernel takes as trailing inputs, and their positions among them;
+    ``(None, {})`` when none is. Builds no node.
+
+    The positions hold in that graph only: PyTensor interns frozen nodes with their
+    constants, so a ``Composite`` nested in it may read the same constant object,
+    baked into the kernel there.
+    """
     try:
         found = _found(node)
     except Exception:  # noqa: BLE001 - as trailing_constants: then nothing is lifted
-        return {}
-    return {} if found is None else {id(constant): position
-                                     for position, constant in enumerate(found.liftable)}
+        return None, {}
+    if found is None:
+        return None, {}
+    return found.composite.fgraph, {id(constant): position
+                                    for position, constant in enumerate(found.liftable)}
 
 
 def summary(node, width: int | None = None) -> str:

@@ -171,11 +171,12 @@ def constant_digest(constant: Constant) -> str:
     return digest([describe_type(constant.type), canonical(constant.data)])
 
 
-#: ``{id(constant): position}`` of the lifted constants of the op being described.
-_LIFTED = contextvars.ContextVar("numba_cache_lifted_constants", default={})
+#: The graph whose lifted constants are described by position, and ``{id(constant):
+#: position}`` of them (:func:`numba_cache.codegen.lifted_constants.lifted_positions`).
+_LIFTED = contextvars.ContextVar("numba_cache_lifted_constants", default=(None, {}))
 
 
-def _op_digest(op, lifted: dict) -> str:
+def _op_digest(op, lifted: tuple) -> str:
     """The digest of `op`'s description, its `lifted` constants described by position and
     type (their values reach its kernel as arguments)."""
     token = _LIFTED.set(lifted)
@@ -199,6 +200,8 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None,
     depend on it.
     """
     references: dict = {}
+    lifted_graph, lifted = _LIFTED.get()
+    lifted = lifted if fgraph is lifted_graph else {}
     for position, variable in enumerate(fgraph.inputs):
         references[variable] = ["input", position]
     if hide_constants:
@@ -209,7 +212,7 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None,
         if variable not in references:
             if not isinstance(variable, Constant):
                 raise ValueError(f"{variable} is neither an input, a constant nor computed")
-            position = _LIFTED.get().get(id(variable))
+            position = lifted.get(id(variable))
             references[variable] = (
                 ["constant", constant_digest(variable)] if position is None
                 else ["lifted", digest(describe_type(variable.type)), position])
