@@ -27,8 +27,9 @@ import time
 import numpy as np
 
 
-def hierarchical(groups: int, observations: int):
-    """Varying intercepts and a common slope, radon-style (non-centred)."""
+def hierarchical(groups: int, observations: int, prior_sigma: float = 1.0):
+    """Varying intercepts and a common slope, radon-style (non-centred); `prior_sigma` is
+    the scale of the mean's and the slope's priors."""
     import pymc as pm
 
     rng = np.random.default_rng(0)
@@ -36,10 +37,10 @@ def hierarchical(groups: int, observations: int):
     x = rng.normal(size=observations)
     y = rng.normal(0.5 * x + rng.normal(size=groups)[group], 0.7)
     with pm.Model() as model:
-        mu = pm.Normal("mu", 0, 1)
+        mu = pm.Normal("mu", 0, prior_sigma)
         spread = pm.HalfNormal("spread", 1)
         offset = pm.Normal("offset", 0, 1, shape=groups)
-        slope = pm.Normal("slope", 0, 1)
+        slope = pm.Normal("slope", 0, prior_sigma)
         sigma = pm.HalfNormal("sigma", 1)
         pm.Normal("y", mu + spread * offset[group] + slope * x, sigma, observed=y)
     return model
@@ -65,6 +66,7 @@ CHAINS = 2
 
 MODELS = {
     "small": lambda: hierarchical(8, 64),
+    "small, wider priors": lambda: hierarchical(8, 64, prior_sigma=2.5),
     "radon": lambda: hierarchical(85, 919),
     "gp": gaussian_process,
 }

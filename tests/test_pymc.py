@@ -34,13 +34,13 @@ pytestmark = pytest.mark.slow
 
 
 
-def run(sampler: str, mp_ctx: str, mode: str, store: Path, log: Path) -> dict:
+def run(sampler: str, mp_ctx: str, mode: str, store: Path, log: Path, model: str = "small") -> dict:
     """One pm.sample process; its result, with the compiles of each process it started."""
     log.mkdir(parents=True)
     env = dict(os.environ, NBCACHE_DIR=str(store), NBCACHE_TEST_COMPILE_LOG=str(log),
                PYTHONPATH=os.pathsep.join([str(TESTS / "process_probe"), str(TESTS.parent)]))
     env.pop("NBCACHE_ACTIVATE", None)
-    spec = {"model": "small", "sampler": sampler, "mode": mode, "mp_ctx": mp_ctx}
+    spec = {"model": model, "sampler": sampler, "mode": mode, "mp_ctx": mp_ctx}
     process = subprocess.run([sys.executable, "-m", "benchmarks.pymc_child", json.dumps(spec)],
                              cwd=TESTS.parent, env=env, capture_output=True, text=True,
                              timeout=900, check=False)
@@ -116,3 +116,24 @@ def test_pm_sample_warm_compiles_nothing_of_the_model_in_any_process(
 
     assert warm["draws"] == cold["draws"], "warm draws differ from cold ones"
     assert_close_draws(warm["draws"], references[sampler])
+
+
+def test_pm_sample_with_wider_priors_reuses_the_models_graph_kernels(tmp_path):
+    """The priors' scales are constants lifted out of fused kernels, which graph kernels
+    take as arguments (numba_cache/codegen/lifted_constants.py): the model with other
+    priors hits graph kernels of the model sampled before, and samples the draws of the
+    same model sampled in a store of its own, bit for bit. (Not compared with NUMBA's
+    draws: on this model NUTS takes the last-bit differences of the gradient to other
+    trajectories, with or without this reuse; tests/test_lifted_constants.py compares
+    a variant's logp and gradient with NUMBA's.)"""
+    wider = "small, wider priors"
+    store = tmp_path / "store"
+    run("pymc", "fork", "numba_cache", store, tmp_path / "base")
+    variant = run("pymc", "fork", "numba_cache", store, tmp_path / "variant", model=wider)
+    alone = run("pymc", "fork", "numba_cache", tmp_path / "alone", tmp_path / "alone-log",
+                model=wider)
+    print(json.dumps({"variant": variant["stats"], "alone": alone["stats"]}))
+
+    assert variant["stats"].get("graph.hit", 0) >= 1, variant["stats"]
+    assert variant["stats"].get("graph.miss", 0) < alone["stats"]["graph.miss"]
+    assert variant["draws"] == alone["draws"]
