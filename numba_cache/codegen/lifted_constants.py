@@ -47,10 +47,7 @@ LIFTED_READERS = ("Add", "Sub", "Mul")
 def trailing_constants(node) -> tuple:
     """The constants the kernel of `node` takes after `node`'s own inputs, in a
     deterministic order: () when it computes `node` as it is. Builds no node."""
-    try:
-        found = _found(node)
-    except Exception:  # noqa: BLE001 - a graph laid out as PyTensor no longer does stays baked
-        return ()
+    found = _found_or_none(node)
     return () if found is None else found.constants
 
 
@@ -63,20 +60,18 @@ def lifted_positions(node) -> tuple:
     constants, so a ``Composite`` nested in it may read the same constant object,
     baked into the kernel there.
     """
-    try:
-        found = _found(node)
-    except Exception:  # noqa: BLE001 - as trailing_constants: then nothing is lifted
-        return None, {}
+    found = _found_or_none(node)
     if found is None:
         return None, {}
     return found.composite.fgraph, {id(constant): position
                                     for position, constant in enumerate(found.liftable)}
 
 
-def summary(node, width: int | None = None) -> str:
-    """`node`'s op as text (of at most `width` characters), never spelling the values of
-    constants lifted out of its kernel (a graph kernel serves every value of them)."""
-    if trailing_constants(node):
+def summary(node, lifts: bool, width: int | None = None) -> str:
+    """`node`'s op as text (of at most `width` characters); its class alone when its kernel
+    `lifts` constants, whose values the text must not spell (a graph kernel serves every
+    value of them)."""
+    if lifts:
         return f"{type(node.op).__name__} (constants lifted)"[:width]
     return str(node.op)[:width]
 
@@ -101,6 +96,15 @@ def lifted(node, constants: tuple):
     if [output.type for output in replacement.outputs] != [output.type for output in node.outputs]:
         return None
     return replacement
+
+
+def _found_or_none(node):
+    """:func:`_found`, or None when `node` is laid out as PyTensor no longer does: then
+    nothing is lifted and its constants stay baked."""
+    try:
+        return _found(node)
+    except Exception:  # noqa: BLE001 - any layout _found does not know
+        return None
 
 
 class _Found(NamedTuple):

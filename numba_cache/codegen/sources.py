@@ -166,7 +166,7 @@ def graph_source(fgraph, function_name: str, hidden: list, order: list) -> Graph
         kernels[kernel] = KernelNode(node, trailing)
         steps.append(Step(kernel, inputs, tuple(outputs)))
         # The op only: printing the node would print its constants, slowly.
-        lines.append(indent(summary(node), "# "))
+        lines.append(indent(summary(node, bool(trailing)), "# "))
         lines.append(f"# {', '.join(outputs)} = {kernel}({', '.join(inputs)})")
 
     returned = [name_of(variable) for variable in fgraph.outputs]

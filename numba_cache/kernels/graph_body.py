@@ -103,10 +103,10 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
             values.update((name, context.get_constant_generic(builder, value_types[name], value))
                           for name, value in embedded.items())
             emitter = _StepEmitter(context, value_types, steps, calls, returned, embedded, lifted)
-            values.update((name, emitter.lifted_value(builder, name, values[pack]))
-                          for name, (pack, _, _) in lifted.items())
             parts = _parts(len(steps))
-            if len(parts) == 1:
+            if len(parts) == 1:  # else each part reads the lifted constants it needs
+                values.update((name, emitter.lifted_value(builder, name, values[pack]))
+                              for name, (pack, _, _) in lifted.items())
                 emitter.emit(builder, parts[0], values, {})
             else:
                 emitter.emit_in_functions(builder, parts, values)

@@ -224,11 +224,11 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None,
     for node in fgraph.toposort() if order is None else order:
         op = node.op
         if op not in op_digests:
-            op_digests[op] = (_op_digest(op, lifted_positions(node)) if lift_constants
+            positions = lifted_positions(node) if lift_constants else (None, {})
+            op_digests[op] = (_op_digest(op, positions) if lift_constants
                               else digest(describe_op(op)))  # nested: in its op's lifting
             # A summary is part of the key too: it must not spell lifted values.
-            summaries[op] = (summary(node, _SUMMARY_WIDTH) if lift_constants
-                             else str(op)[:_SUMMARY_WIDTH])
+            summaries[op] = summary(node, bool(positions[1]), _SUMMARY_WIDTH)
         inputs = [reference(variable) for variable in node.inputs]
         node_digest = digest(
             [op_digests[op], inputs, [describe_type(out.type) for out in node.outputs]]
