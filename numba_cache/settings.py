@@ -137,6 +137,14 @@ _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400
 
 
 
+def _several_cores() -> bool:
+    """Whether this process may run on two cores or more (a helper then runs beside it)."""
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except AttributeError:  # no affinity on this platform
+        return (os.cpu_count() or 1) >= 2
+
+
 def default_root() -> Path:
     return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
@@ -184,6 +192,11 @@ SETTINGS: tuple[Setting, ...] = (
             "them by symbol: a new graph made of stored op kernels then compiles them all "
             "again (see [Separate compilation](how-it-works.md#separate-compilation))",
             "1", "off"),
+    Setting("compile_ahead", "NBCACHE_COMPILE_AHEAD", parse_bool, _several_cores,
+            "on a compile, fork a helper process that compiles op kernels from the graph's "
+            "end while the graph is typed from its start (see [Separate compilation]"
+            "(how-it-works.md#op-kernels-compiled-ahead))",
+            "0", "on with 2 cores or more"),
     Setting("activate", "NBCACHE_ACTIVATE", parse_bool, False,
             "route every numba compile of PyTensor through the cache (obeyed as soon as "
             "PyTensor is imported; see [Use with PyMC](usage.md#use-with-pymc))",

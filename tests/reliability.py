@@ -346,7 +346,10 @@ class Checkpoint:
     def __init__(self, directory: Path, name: str, label: str = "writer"):
         self.name = name
         self.path = directory / f"checkpoint-{label}-{name}"
-        self.env = {"NBCACHE_TEST_CHECKPOINT": f"{name}:{self.path}"}
+        # The writer alone: a helper compiling ahead (numba_cache/kernels/compile_ahead.py)
+        # would be a second writer, paused at the checkpoint in its stead.
+        self.env = {"NBCACHE_TEST_CHECKPOINT": f"{name}:{self.path}",
+                    "NBCACHE_COMPILE_AHEAD": "0"}
 
     @property
     def reached_file(self) -> Path:

@@ -68,8 +68,13 @@ print(json.dumps(report))
 
 
 def machine(store: Path, steps: list[str], **env: str) -> dict:
-    """Run `steps` (graph names, or ``signal <NAME>`` to the server) in a fresh process."""
-    report = run_python(CHILD.format(steps=steps), env={"NBCACHE_DIR": str(store), **env})
+    """Run `steps` (graph names, or ``signal <NAME>`` to the server) in a fresh process.
+
+    Its compiles and the server's counters are those of one process: no helper compiles
+    ahead (numba_cache/kernels/compile_ahead.py) unless `env` asks for one.
+    """
+    env = {"NBCACHE_DIR": str(store), "NBCACHE_COMPILE_AHEAD": "0", **env}
+    report = run_python(CHILD.format(steps=steps), env=env)
     for name, value in report["values"].items():
         assert np.allclose(value, report["expected"][name], rtol=RTOL, atol=0), name
     report["remote"] = {
@@ -160,6 +165,17 @@ def test_second_machine_loads_everything_from_redis(remote, published, tmp_path)
     again = machine(tmp_path / "machine-b", GRAPHS)
     assert again["compiled"] == []
     assert again["remote"]["hit"] == second["remote"]["hit"], "nothing more came from the server"
+
+
+def test_what_a_helper_compiled_ahead_is_published_too(remote, tmp_path):
+    """A helper process compiling op kernels ahead stores them, and so publishes them: a
+    second machine loads everything the first compiled, compiling nothing."""
+    helped = machine(tmp_path / "machine-a", GRAPHS, NBCACHE_COMPILE_AHEAD="1")
+    assert helped["counters"].get("compiled_ahead:helper", 0) >= 1, helped["counters"]
+    second = machine(tmp_path / "machine-b", GRAPHS)
+    assert second["compiled"] == []
+    assert second["remote"]["hit"] > 0
+    assert second["values"] == helped["values"]
 
 
 @pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"], ids=["killed", "hung"])

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from numba.core.caching import _Cache
 
 from numba_cache.kernels import blocks as object_mode_blocks
-from numba_cache.kernels import collisions, op_links, replay, report, runtime
+from numba_cache.kernels import collisions, compile_ahead, op_links, replay, report, runtime
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.store import Entry
@@ -141,8 +141,7 @@ class KernelCache(_Cache):
             entry = self._context.store.load(fingerprint, self._key.digest)
             cres = self._load_from(entry, sig, target_context)
         if cres is not None:
-            report.record(self._context, f"{self._key.kind}.hit")
-            report.lookup(self._context, self._key, "hit")
+            self._report_hit(sig)
             if self._key.kind == "op":  # the code graph kernels call, even if verified below
                 op_links.note(self._key.digest, sig, cres, from_store=True)
             if self._context.settings.verify_hits and collisions.sampled(self._context.settings):
@@ -157,6 +156,17 @@ class KernelCache(_Cache):
             report.lookup(self._context, self._key, "miss")
         self._run_prepare()
         return None
+
+    def _report_hit(self, sig) -> None:
+        """Count a load from the store: a hit, or the miss it is when a helper of this
+        compile compiled it (:mod:`.compile_ahead`)."""
+        if self._key.kind == "op" and compile_ahead.compiled_ahead(self._key.digest, sig):
+            report.record(self._context, "op.miss")
+            report.record(self._context, "op.compiled_ahead")
+            report.lookup(self._context, self._key, "miss")
+            return
+        report.record(self._context, f"{self._key.kind}.hit")
+        report.lookup(self._context, self._key, "hit")
 
     def _store_if_missing(self, sig, compiled) -> None:
         """Store an op kernel compiled in this process for another store (the settings
@@ -237,6 +247,7 @@ class KernelCache(_Cache):
     def save_overload(self, sig, cres):
         if self._key.kind == "op":
             op_links.note(self._key.digest, sig, cres)
+            compile_ahead.note_save(self._key.digest, sig)
         if not self._persistent or self._verdict_is_stored:
             return
         verdict, llvm_ir = self._verdict, None

@@ -23,8 +23,9 @@ from numba_cache._compat import numba_internals
 from numba_cache.codegen.lifted_constants import lifted
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import GRAPH_BODY, graph_kernel_name, graph_source
-from numba_cache.kernels import op_links, replay
+from numba_cache.kernels import op_links, replay, report
 from numba_cache.kernels.cache import KernelCache
+from numba_cache.kernels.compile_ahead import CompileAhead
 from numba_cache.kernels.conversion import op_kernel, source_label
 from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.glue import GlueCompiler
@@ -81,6 +82,8 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
         converted: dict = {}
         servers: dict = {}  # op kernel dispatcher id -> its serve function
         kernel_servers: dict = {}  # global name of a step's kernel -> its serve function
+        kernel_nodes: dict = {}  # global name of a step's kernel -> the node it computes
+        kernel_keys: dict = {}  # global name of a step's kernel -> its key digest, if stored
         steps = []
         for step in generated.steps:
             node, step, as_written = _computed(generated.kernels[step.kernel], step)
@@ -90,15 +93,23 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
             if id(dispatcher) not in servers:
                 servers[id(dispatcher)] = _server(dispatcher, context, op_calls, called_by_symbol)
             kernel_servers[step.kernel] = servers[id(dispatcher)]
+            kernel_nodes[step.kernel] = node
+            op_cache = numba_internals.dispatcher_cache(dispatcher)
+            if op_verdict is None and op_cache.verdict is None:
+                kernel_keys[step.kernel] = op_cache.key.digest
             steps.append(step)
             if op_verdict is not None:
                 uncacheable_ops.append(f"{node.op} ({op_verdict.reason})")
         embedded = {name: namespace[name] for name in generated.embedded}
         lifted = {name: (pack.name, position, generated.lifted[name].data)
                   for pack in generated.packs for position, name in enumerate(pack.members)}
+
+        def serve(kernel, signature):
+            return kernel_servers[kernel](signature)
+
         namespace[GRAPH_BODY] = graph_body(
-            generated.arguments, embedded, steps, generated.returned,
-            lambda kernel, signature: kernel_servers[kernel](signature), lifted)
+            generated.arguments, embedded, steps, generated.returned, serve, lifted,
+            _compile_ahead(context, steps, kernel_nodes, kernel_keys, serve))
         if uncacheable_ops:
             return Uncacheable(
                 "contains-uncacheable",
@@ -162,6 +173,17 @@ def _server(dispatcher, context, op_calls: str, called: list):
         return served[signature]
 
     return serve
+
+
+def _compile_ahead(context, steps: list, nodes: dict, keys: dict, serve) -> CompileAhead | None:
+    """A helper compiling the graph's op kernels ahead of its typing, under the setting
+    (:mod:`.compile_ahead`), when this process may write the store."""
+    if not (context.settings.compile_ahead and context.enabled and not context.store.readonly):
+        return None
+    fingerprint = context.fingerprint.digest
+    return CompileAhead(steps, {kernel: node.outputs for kernel, node in nodes.items()}, serve,
+                        keys.get, lambda digest: context.store.has(fingerprint, digest),
+                        lambda counter, n: report.record(context, counter, n))
 
 
 def _tell_what_conversion_tells(cache: KernelCache) -> None:

@@ -54,7 +54,7 @@ CALLS_PER_FUNCTION = 100
 
 
 def graph_body(arguments: list, embedded: dict, steps: list, returned: list, serve: Callable,
-               lifted: dict | None = None):
+               lifted: dict | None = None, ahead=None):
     """A numba intrinsic taking `arguments` (names, as :func:`.sources.grouped` groups them),
     embedding the constants `embedded` maps names to (values), reading the constants
     `lifted` maps names to ``(pack name, position, value)`` from their packs (the value
@@ -64,6 +64,8 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
     ``serve(kernel, signature)`` gives, for the global name of a step's kernel and
     the numba types of its arguments, the compile result to call and whether to
     call it by symbol (else its library is linked in, as numba links a dispatcher's).
+    `ahead`, a :class:`.compile_ahead.CompileAhead`, is told of each step before it is
+    served, and of the typing's end.
     """
     from numba.core import types
     from numba.extending import intrinsic
@@ -80,20 +82,26 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
         value_types.update((name, _global_type(typingctx, value))
                            for name, (_, _, value) in lifted.items())
         calls = []
-        for step in steps:
-            signature = tuple(value_types[name] for name in step.inputs)
-            compiled, by_symbol = serve(step.kernel, signature)
-            result = compiled.signature.return_type
-            unpacked = None
-            if len(step.outputs) == 1:
-                results = [result]
-            elif isinstance(result, types.BaseTuple) and len(result) == len(step.outputs):
-                results = list(result.types)
-            else:  # a list, say: unpacked as numba unpacks it, checked at run time
-                unpacked = _unpacked(len(step.outputs), result)
-                results = list(unpacked.signature.return_type.types)
-            value_types.update(zip(step.outputs, results, strict=True))
-            calls.append((compiled, by_symbol, unpacked))
+        try:
+            for index, step in enumerate(steps):
+                if ahead is not None:
+                    ahead.before_step(index, value_types)
+                signature = tuple(value_types[name] for name in step.inputs)
+                compiled, by_symbol = serve(step.kernel, signature)
+                result = compiled.signature.return_type
+                unpacked = None
+                if len(step.outputs) == 1:
+                    results = [result]
+                elif isinstance(result, types.BaseTuple) and len(result) == len(step.outputs):
+                    results = list(result.types)
+                else:  # a list, say: unpacked as numba unpacks it, checked at run time
+                    unpacked = _unpacked(len(step.outputs), result)
+                    results = list(unpacked.signature.return_type.types)
+                value_types.update(zip(step.outputs, results, strict=True))
+                calls.append((compiled, by_symbol, unpacked))
+        finally:
+            if ahead is not None:
+                ahead.finish(value_types)
         return_type = (types.BaseTuple.from_types([value_types[name] for name in returned])
                        if returned else types.none)
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 _session: Counter = Counter()
 _warned: set = set()
+_store_counts = [True]
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,16 @@ def reset_session_stats() -> None:
     _session.clear()
 
 
-def record(context, name: str) -> None:
-    _session[name] += 1
-    context.store.count(context.fingerprint.digest, name)
+def record(context, name: str, n: int = 1) -> None:
+    _session[name] += n
+    if _store_counts[0]:
+        context.store.count(context.fingerprint.digest, name, n)
+
+
+def count_in_store(counting: bool) -> None:
+    """Whether :func:`record` also counts in the store (a helper process's compiles are
+    counted by the process it helps: :mod:`.compile_ahead`)."""
+    _store_counts[0] = counting
 
 
 def remove_corrupt(context, key_digest: str, what: str, stacklevel: int) -> None:

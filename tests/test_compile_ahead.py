@@ -1,0 +1,188 @@
+"""A helper process compiles op kernels from the graph's end while the graph is typed.
+
+Each test runs fresh processes (a cold compile forks the helper) against stores of
+their own, and compares the outputs bit for bit: cold with the helper, cold
+without it, and warm. The graph is a logp-like cost and its gradient through
+views of every kind whose layout the helper predicts (transposes, slices, added
+and dropped axes, inplace updates, a fused sum over rows), so a wrong prediction
+shows in the counters of the cold compile.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import child_environment, run_cli, run_python
+
+COMPILE = """
+import json, os, threading, warnings
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import numba_cache
+
+x = pt.vector("x", shape=(6,))
+m = pt.matrix("m", shape=(6, 6))
+projected = pt.dot(pt.exp(m).T, x)
+window = pt.cumsum(pt.tanh(x))[1:4]
+rows = pt.exp(m).sum(axis=1)
+cost = (pt.log1p(projected ** 2).sum() + (window * x[::2]).sum() + (rows * x).sum()
+        + pt.sqrt(pt.dot(m, pt.exp(m)) ** 2 + 1).sum())
+outputs = [cost, *pt.grad(cost, [x, m])]
+point = [np.linspace(-0.5, 0.7, 6), np.arange(36.0).reshape(6, 6) / 40]
+{prelude}
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    function = pytensor.function([x, m], outputs, mode="NUMBA_CACHE")
+    values = function(*point)
+try:
+    os.waitpid(-1, os.WNOHANG)
+    children = True
+except ChildProcessError:
+    children = False
+print(json.dumps({{
+    "stats": dict(numba_cache.session_stats()),
+    "values": [np.asarray(value).tolist() for value in values],
+    "children_left": children,
+    "warnings": [str(warning.message) for warning in caught
+                 if "numba_cache" in str(warning.message)],
+}}))
+"""
+
+
+def compile_cost(env: dict | None = None, prelude: str = "") -> dict:
+    return run_python(COMPILE.format(prelude=prelude), env=env)
+
+
+@pytest.fixture(scope="module")
+def cold_runs(tmp_path_factory):
+    """A cold compile with the helper, one without it (each in a store of its own), and a
+    warm compile in the first store."""
+    root = tmp_path_factory.mktemp("ahead")
+    helped = compile_cost({"NBCACHE_DIR": str(root / "helped"), "NBCACHE_COMPILE_AHEAD": "1"})
+    alone = compile_cost({"NBCACHE_DIR": str(root / "alone"), "NBCACHE_COMPILE_AHEAD": "0"})
+    warm = compile_cost({"NBCACHE_DIR": str(root / "helped"), "NBCACHE_COMPILE_AHEAD": "1"})
+    yield {"helped": helped, "alone": alone, "warm": warm, "store": root / "helped"}
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_helped_cold_compile_gives_the_bits_of_one_alone_and_of_a_warm_one(cold_runs):
+    helped, alone, warm = cold_runs["helped"], cold_runs["alone"], cold_runs["warm"]
+    assert helped["values"] == alone["values"] == warm["values"]
+    assert helped["stats"]["graph.miss"] == alone["stats"]["graph.miss"] == 1
+    assert warm["stats"]["graph.hit"] == 1
+
+
+def test_the_helper_compiles_op_kernels_the_typing_loads_and_they_count_as_misses(cold_runs):
+    helped, alone = cold_runs["helped"]["stats"], cold_runs["alone"]["stats"]
+    assert helped["compiled_ahead:helper"] == 1
+    assert helped.get("op.compiled_ahead", 0) >= 1, helped
+    # What the helper compiled is a miss of this compile, not a hit: the counts are
+    # those of the compile alone.
+    assert helped["op.miss"] == alone["op.miss"]
+    assert helped.get("op.hit", 0) == alone.get("op.hit", 0)
+    assert "compiled_ahead:helper" not in alone and "op.compiled_ahead" not in alone
+
+
+def test_the_helper_predicts_the_layouts_of_views(cold_runs):
+    """The type of every value of the graph, predicted from the types its node read, is
+    the one numba's typing found (views of C, F or any layout; inplace outputs; a fused
+    reduction over a trailing axis), and every op kernel the helper stored was used."""
+    stats = cold_runs["helped"]["stats"]
+    assert stats.get("compiled_ahead:mispredicted", 0) == 0, stats
+    assert stats.get("compiled_ahead:unused", 0) == 0, stats
+
+
+def test_no_helper_is_left_behind_and_the_store_verifies(cold_runs):
+    assert not cold_runs["helped"]["children_left"]
+    result = run_cli("verify", env={"NBCACHE_DIR": str(cold_runs["store"])})
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_warm_compile_forks_no_helper(cold_runs):
+    assert "compiled_ahead:helper" not in cold_runs["warm"]["stats"]
+
+
+def test_no_helper_is_forked_beside_another_python_thread(cold_runs, tmp_path):
+    """A fork copies only the forking thread: a lock another thread holds would never be
+    released in the child. With a second thread alive, the compile goes on alone."""
+    prelude = ("stop = threading.Event()\n"
+               "threading.Thread(target=stop.wait, daemon=True).start()")
+    threaded = compile_cost({"NBCACHE_DIR": str(tmp_path / "threaded"),
+                             "NBCACHE_COMPILE_AHEAD": "1"}, prelude=prelude)
+    assert "compiled_ahead:helper" not in threaded["stats"]
+    assert threaded["values"] == cold_runs["alone"]["values"]
+
+
+def test_a_helper_whose_writes_fail_changes_nothing_but_the_time(cold_runs, tmp_path):
+    """With every write failing (a disk failing at the rename), the helper stores nothing,
+    and the compile gives the same bits with the one warning it gives alone."""
+    store = tmp_path / "failing"
+    failing = compile_cost({"NBCACHE_DIR": str(store), "NBCACHE_COMPILE_AHEAD": "1",
+                            "NBCACHE_TEST_FAULT": "before-rename:EIO"})
+    assert failing["stats"]["compiled_ahead:helper"] == 1
+    assert failing["values"] == cold_runs["alone"]["values"]
+    assert failing["stats"]["op.miss"] == cold_runs["alone"]["stats"]["op.miss"]
+    assert "op.compiled_ahead" not in failing["stats"]
+    assert len(failing["warnings"]) == 1 and "Input/output error" in failing["warnings"][0]
+    assert not list(store.rglob("*.nbk"))
+
+
+HEAVY = """
+import pytensor
+import numba_cache
+from numba_cache.evaluation import models
+model = models.gp_model()
+pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")(*model.point)
+"""
+
+
+def test_a_helper_dies_with_the_process_it_helps(tmp_path):
+    """A process killed while its helper compiles leaves no helper compiling alone (and
+    holding an entry's lock): the kernel kills it with its parent."""
+    env = child_environment({"NBCACHE_DIR": str(tmp_path / "store"),
+                             "NBCACHE_COMPILE_AHEAD": "1"})
+    compiling = subprocess.Popen([sys.executable, "-c", HEAVY], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    helper = None
+    deadline = time.monotonic() + 120
+    while helper is None and time.monotonic() < deadline and compiling.poll() is None:
+        helper = _forked_child(compiling.pid)
+        time.sleep(0.01)
+    assert helper is not None, f"no helper was seen: {compiling.communicate()[1][-2000:]}"
+    compiling.send_signal(signal.SIGKILL)
+    compiling.wait()
+    deadline = time.monotonic() + 10
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(helper), "the helper outlived the process it helped"
+
+
+def _forked_child(parent: int) -> int | None:
+    """A child of `parent` running what it runs (a fork, not a compiler PyTensor started)."""
+    try:
+        children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        command = Path(f"/proc/{parent}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return None
+    for child in children:
+        try:
+            if Path(f"/proc/{child}/cmdline").read_bytes() == command:
+                return int(child)
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` is a running process (a zombie is dead)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
