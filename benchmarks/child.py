@@ -73,6 +73,20 @@ def _memory_bytes(field: str) -> int | None:
     return None
 
 
+def _children_peak_bytes() -> int | None:
+    """The largest resident set of a child process this one waited for (numba_cache's
+    helper compiling ahead), or None where the figure is not in bytes-of-KiB.
+
+    A forked child's resident set counts the pages it shares with its parent, so
+    this less the parent's resident memory before the compile bounds from above
+    what the helper added."""
+    import resource
+
+    if not sys.platform.startswith("linux"):  # ru_maxrss is in bytes on macOS
+        return None
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+
+
 def _key_milliseconds(model, function) -> dict:
     """Time numba_cache's two keys of `model`'s graph, as a warm compile computes them.
 
@@ -123,6 +137,7 @@ def main(spec: dict) -> dict:
         outputs = function(*model.point)
         compile_seconds = time.perf_counter() - begin
     peak = _memory_bytes("VmHWM")
+    helper_peak = _children_peak_bytes()
     print(FIRST_RESULT, flush=True)
 
     report = {
@@ -134,6 +149,8 @@ def main(spec: dict) -> dict:
         "numba_cache_package": str(Path(importlib.util.find_spec("numba_cache").origin).parent),
         "peak_rss_bytes": peak,
         "compile_rss_bytes": None if peak is None else peak - resident_before,
+        "helper_rss_bytes": (None if helper_peak is None or resident_before is None
+                             else max(0, helper_peak - resident_before)),
     }
     if spec.get("calls"):
         report["call_us"] = _per_call_microseconds(function, model.point)

@@ -34,6 +34,9 @@ FIGURES = [
     Figure("new_model", "s", "new model of the same ops (other sizes or terms), after all"),
     Figure("peak_rss_cold", "B", "peak resident memory of the cold process"),
     Figure("compile_rss_cold", "B", "resident memory the cold compile added (peak − before)"),
+    Figure("helper_rss_cold", "B",
+           "… added by a child process (the helper compiling ahead), at most: its peak − before"),
+    Figure("compile_rss_total_cold", "B", "… both, at most (the process's and its helper's)"),
     Figure("call", "us", "per call"),
     Figure("call_trusted", "us", "per call, `trust_input=True`"),
     Figure("rewrite_key", "ms", "pre-rewrite key (`rewrite_key`)"),
@@ -72,7 +75,8 @@ TARGETS = [
     Target("a new model whose ops are all in the store", "new_model", 0.4, "large"),
     Target("cold compile", "cold", 0.6, "large"),
     Target("cold compile", "cold", 0.8, "gp"),
-    Target("peak resident memory added by the cold compile", "compile_rss_cold", 0.5, "large"),
+    Target("peak resident memory added by the cold compile (with its helper's)",
+           "compile_rss_total_cold", 0.5, "large"),
     Target("per call, default", "call", 1.10, "large"),
 ]
 TARGET_MODEL = "radon"

@@ -140,6 +140,10 @@ class Sequence:
         self._add("compiles_cold", cold["numba_compiles"])
         self._add("peak_rss_cold", cold["peak_rss_bytes"])
         self._add("compile_rss_cold", cold["compile_rss_bytes"])
+        self._add("helper_rss_cold", cold["helper_rss_bytes"])
+        if None not in (cold["compile_rss_bytes"], cold["helper_rss_bytes"]):
+            self._add("compile_rss_total_cold",
+                      cold["compile_rss_bytes"] + cold["helper_rss_bytes"])
         self._add("nodes", cold["nodes"])
 
         warm = self._step("warm", {}, environment, calls=True, keys=self.mode.name == OURS)

@@ -38,7 +38,7 @@ def test_smoke_run_writes_results_plot_and_samples(tmp_path):
         assert row.rstrip(" |").endswith(verdicts), row
     for figure in ("cold", "warm", "process", "variant", "new_data", "new_model", "call",
                    "call_trusted", "rewrite_key", "disk_bytes", "compiles_warm",
-                   "compile_rss_cold"):
+                   "compile_rss_cold", "compile_rss_total_cold"):
         assert any(line.startswith(f"| {FIGURE[figure].label} |") for line in target_rows), figure
     assert "| figure | NUMBA_CACHE | NUMBA |" in results
     assert "| `prior_scale=2.5` |" in results
