@@ -68,6 +68,7 @@ class CompileAhead:
         self._steps, self._outputs = steps, outputs
         self._serve, self._key_of, self._stored, self._record = serve, key_of, stored, record
         self._tried = False
+        self._found_stored: set = set()
         self._pid: int | None = None
         self._position: mmap.mmap | None = None
         self._announcements: int | None = None
@@ -123,8 +124,16 @@ class CompileAhead:
                 _announced.add((digest, signature))
 
     def _will_compile(self, kernel: str) -> bool:
+        """Whether a step's op kernel is stored by key, not yet in the store. A kernel
+        found stored is not asked about again: a graph of stored ops (a new model) has
+        far more steps than kernels."""
         digest = self._key_of(kernel)
-        return digest is not None and not self._stored(digest)
+        if digest is None or digest in self._found_stored:
+            return False
+        if self._stored(digest):
+            self._found_stored.add(digest)
+            return False
+        return True
 
     def _start(self, index: int, value_types: dict) -> None:
         if (_in_helper or _active or not hasattr(os, "fork") or threading.active_count() > 1
