@@ -235,6 +235,11 @@ class _StepEmitter:
         function's size, and the machine code of one function is held whole: the
         large benchmark model's graph kernel (1,000 calls) in one function took about
         2 ms a call and most of its compile's peak memory.
+
+        Each part is a module of its own, added to the library (parsed by LLVM) as
+        soon as it is emitted, and the graph function declares it: llvmlite's objects
+        for one part are alive at a time, not for all (on the large model they were
+        about 100 MiB, the largest share of the compile's peak memory).
         """
         from llvmlite import ir
         from numba.core import cgutils, types
@@ -267,11 +272,12 @@ class _StepEmitter:
             if name not in made_in:
                 builder.store(values[name], address(builder, frame, name))
         slots: dict = {}
+        library = context.active_code_library
+        function_type = context.call_conv.get_function_type(types.none, [types.voidptr])
         for number, part in enumerate(parts):
-            function_type = context.call_conv.get_function_type(types.none, [types.voidptr])
-            function = ir.Function(builder.module, function_type,
-                                   name=f"{builder.function.name}.part{number}")
-            function.linkage = "internal"
+            function_name = f"{builder.function.name}.part{number}"
+            module = library.create_ir_module(function_name)
+            function = ir.Function(module, function_type, name=function_name)
             function.attributes.add("noinline")
             context.call_conv.decorate_function(function, ["frame"], [types.voidptr])
             part_builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -296,8 +302,12 @@ class _StepEmitter:
                 if made_in.get(name) == number:
                     part_builder.store(part_values[name], address(part_builder, pointer, name))
             context.call_conv.return_value(part_builder, context.get_dummy_value())
+            library.add_ir_module(module)
+            del module, function, part_builder, part_values
             status, _ = numba_internals.call_reusing_slots(
-                context, builder, function, types.none, [types.voidptr],
+                context, builder,
+                cgutils.get_or_insert_function(builder.module, function_type, function_name),
+                types.none, [types.voidptr],
                 [builder.bitcast(frame, cgutils.voidptr_t)], slots)
             with cgutils.if_unlikely(builder, status.is_error):
                 context.call_conv.return_status_propagate(builder, status)
