@@ -21,10 +21,18 @@ import pytest
 from helpers import child_environment, run_cli, run_python
 
 COMPILE = """
-import json, os, threading, warnings
+import gc, json, os, threading, warnings
 import numpy as np
 import pytensor, pytensor.tensor as pt
 import numba_cache
+from numba_cache.kernels import compile_ahead
+
+thresholds = gc.get_threshold()
+full_collections_beside_helper = []
+def count_full_collections(phase, info):
+    if phase == "start" and info["generation"] == 2 and compile_ahead._active:
+        full_collections_beside_helper.append(info)
+gc.callbacks.append(count_full_collections)
 
 x = pt.vector("x", shape=(6,))
 m = pt.matrix("m", shape=(6, 6))
@@ -49,6 +57,8 @@ print(json.dumps({{
     "stats": dict(numba_cache.session_stats()),
     "values": [np.asarray(value).tolist() for value in values],
     "children_left": children,
+    "thresholds_kept": gc.get_threshold() == thresholds,
+    "full_collections_beside_helper": len(full_collections_beside_helper),
     "warnings": [str(warning.message) for warning in caught
                  if "numba_cache" in str(warning.message)],
 }}))
@@ -102,6 +112,15 @@ def test_no_helper_is_left_behind_and_the_store_verifies(cold_runs):
     assert not cold_runs["helped"]["children_left"]
     result = run_cli("verify", env={"NBCACHE_DIR": str(cold_runs["store"])})
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_full_collection_copies_the_pages_a_helper_shares(cold_runs):
+    """While the helper lives, this process collects only its young generations (a full
+    collection writes into every object, copying their pages for the helper); after,
+    the collector is as it was."""
+    helped = cold_runs["helped"]
+    assert helped["full_collections_beside_helper"] == 0
+    assert helped["thresholds_kept"]
 
 
 def test_a_warm_compile_forks_no_helper(cold_runs):

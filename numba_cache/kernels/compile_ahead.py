@@ -25,6 +25,7 @@ in this process, as the misses they are (``op.miss``) and as ``op.compiled_ahead
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import logging
 import mmap
@@ -40,6 +41,8 @@ from collections.abc import Callable
 _POSITION = struct.Struct("q")
 #: prctl's option naming the signal a process gets when its parent dies (linux/prctl.h).
 _PR_SET_PDEATHSIG = 1
+#: A threshold of the oldest generation no count reaches.
+_NO_FULL_COLLECTION = 2**31 - 1
 
 _active: list[CompileAhead] = []  # the helper of the graph being typed, if any
 _in_helper = False
@@ -73,6 +76,7 @@ class CompileAhead:
         self._position: mmap.mmap | None = None
         self._announcements: int | None = None
         self._pending = b""
+        self._thresholds: tuple | None = None
 
     def before_step(self, index: int, value_types: dict) -> None:
         """The typing is about to serve step `index`; `value_types` holds the numba type of
@@ -90,6 +94,7 @@ class CompileAhead:
         was mispredicted, stop the helper, and count what it stored in vain."""
         if self._pid is None:
             return
+        self._resume_full_collections()
         with contextlib.suppress(Exception):  # a diagnostic: it must not fail the compile
             wrong = mispredicted(self._steps, self._outputs, value_types)
             if wrong:
@@ -147,6 +152,7 @@ class CompileAhead:
             # Python warns of a fork from a process with other OS threads. Those here are
             # native pools (BLAS) that take no lock of ours; a Python thread stops us above.
             warnings.simplefilter("ignore", DeprecationWarning)
+            self._hold_full_collections()
             try:
                 pid = os.fork()
             except OSError:
@@ -159,6 +165,7 @@ class CompileAhead:
                 os._exit(0)
         os.close(write_end)
         if pid is None:
+            self._resume_full_collections()
             os.close(read_end)
             position.close()
             return
@@ -166,6 +173,26 @@ class CompileAhead:
         self._pid, self._position, self._announcements = pid, position, read_end
         _active.append(self)
         self._record("compiled_ahead:helper", 1)
+
+    def _hold_full_collections(self) -> None:
+        """Keep this process's garbage collector off the objects the helper shares.
+
+        The helper shares this process's memory until either writes a page. A full
+        collection writes into every object it scans, so that every page of objects
+        would be copied while the helper lives (40 MiB on the large benchmark model, a
+        third of the helper's memory). Until the helper is gone, only the young
+        generations are collected: the objects made since, in pages of this process's
+        own. (``gc.freeze`` would do as well, but ``gc.unfreeze`` thaws every frozen
+        object, some of them not ours to thaw.)
+        """
+        self._thresholds = gc.get_threshold()
+        young, middle, _ = self._thresholds
+        gc.set_threshold(young, middle, _NO_FULL_COLLECTION)
+
+    def _resume_full_collections(self) -> None:
+        if self._thresholds is not None:
+            gc.set_threshold(*self._thresholds)
+            self._thresholds = None
 
     def _help(self, index: int, value_types: dict, position: mmap.mmap, announce: int,
               parent: int) -> None:
