@@ -73,18 +73,14 @@ def _memory_bytes(field: str) -> int | None:
     return None
 
 
-def _children_peak_bytes() -> int | None:
-    """The largest resident set of a child process this one waited for (numba_cache's
-    helper compiling ahead), or None where the figure is not in bytes-of-KiB.
-
-    A forked child's resident set counts the pages it shares with its parent, so
-    this less the parent's resident memory before the compile bounds from above
-    what the helper added."""
-    import resource
-
-    if not sys.platform.startswith("linux"):  # ru_maxrss is in bytes on macOS
-        return None
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+def _beside(module: str):
+    """Load the benchmark module `module` from this file's folder (this process runs
+    as a script, without the ``benchmarks`` package)."""
+    name = f"_benchmark_{module}"
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{module}.py"))
+    loaded = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
 def _key_milliseconds(model, function) -> dict:
@@ -131,13 +127,13 @@ def main(spec: dict) -> dict:
 
     model = getattr(models, spec["function"])(**spec["kwargs"])
     resident_before = _memory_bytes("VmRSS")
-    with _compile_counter(spec["mode"]) as compiles:
+    with (_beside("descendants_memory").watch() as descendants,
+          _compile_counter(spec["mode"]) as compiles):
         begin = time.perf_counter()
         function = pytensor.function(model.inputs, model.outputs, mode=spec["mode"])
         outputs = function(*model.point)
         compile_seconds = time.perf_counter() - begin
     peak = _memory_bytes("VmHWM")
-    helper_peak = _children_peak_bytes()
     print(FIRST_RESULT, flush=True)
 
     report = {
@@ -149,8 +145,7 @@ def main(spec: dict) -> dict:
         "numba_cache_package": str(Path(importlib.util.find_spec("numba_cache").origin).parent),
         "peak_rss_bytes": peak,
         "compile_rss_bytes": None if peak is None else peak - resident_before,
-        "helper_rss_bytes": (None if helper_peak is None or resident_before is None
-                             else max(0, helper_peak - resident_before)),
+        "helper_rss_bytes": descendants["peak_bytes"],
     }
     if spec.get("calls"):
         report["call_us"] = _per_call_microseconds(function, model.point)
