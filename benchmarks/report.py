@@ -35,7 +35,7 @@ FIGURES = [
     Figure("peak_rss_cold", "B", "peak resident memory of the cold process"),
     Figure("compile_rss_cold", "B", "resident memory the cold compile added (peak − before)"),
     Figure("helper_rss_cold", "B",
-           "… added by child processes (a helper compiling ahead; a C compiler): their own pages"),
+           "… added by child processes (a helper compiling ahead, a C compiler): own pages"),
     Figure("compile_rss_total_cold", "B", "… both peaks together"),
     Figure("call", "us", "per call"),
     Figure("call_trusted", "us", "per call, `trust_input=True`"),

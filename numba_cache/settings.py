@@ -296,6 +296,12 @@ def configure(**overrides) -> Settings:
     return current()
 
 
+def adopt(settings: Settings) -> None:
+    """Use exactly `settings` in this process, as if each were configured from Python (a
+    helper spawned for a process that has them, :mod:`numba_cache.kernels.spawned_helper`)."""
+    _overrides.update((setting.name, getattr(settings, setting.name)) for setting in SETTINGS)
+
+
 def current() -> Settings:
     """The settings in force now (Python overrides, then environment, then defaults)."""
     values, sources = {}, {}

@@ -1,8 +1,8 @@
 """A helper process compiles op kernels from the graph's end while the graph is typed.
 
-Each test runs fresh processes (a cold compile forks the helper) against stores of
-their own, and compares the outputs bit for bit: cold with the helper, cold
-without it, and warm. The graph is a logp-like cost and its gradient through
+Each test runs fresh processes (a cold compile forks the helper, or spawns it
+beside a second Python thread) against stores of their own, and compares the
+outputs bit for bit: cold with the helper, cold without it, and warm. The graph is a logp-like cost and its gradient through
 views of every kind whose layout the helper predicts (transposes, slices, added
 and dropped axes, inplace updates, a fused sum over rows), so a wrong prediction
 shows in the counters of the cold compile.
@@ -127,15 +127,20 @@ def test_a_warm_compile_forks_no_helper(cold_runs):
     assert "compiled_ahead:helper" not in cold_runs["warm"]["stats"]
 
 
-def test_no_helper_is_forked_beside_another_python_thread(cold_runs, tmp_path):
+SECOND_THREAD = ("stop = threading.Event()\n"
+                 "threading.Thread(target=stop.wait, daemon=True).start()")
+
+
+def test_beside_another_python_thread_the_helper_is_spawned_not_forked(cold_runs, tmp_path):
     """A fork copies only the forking thread: a lock another thread holds would never be
-    released in the child. With a second thread alive, the compile goes on alone."""
-    prelude = ("stop = threading.Event()\n"
-               "threading.Thread(target=stop.wait, daemon=True).start()")
+    released in the child. With a second thread alive, the helper is a new interpreter,
+    and the compile gives the same bits."""
     threaded = compile_cost({"NBCACHE_DIR": str(tmp_path / "threaded"),
-                             "NBCACHE_COMPILE_AHEAD": "1"}, prelude=prelude)
-    assert "compiled_ahead:helper" not in threaded["stats"]
+                             "NBCACHE_COMPILE_AHEAD": "1"}, prelude=SECOND_THREAD)
+    assert threaded["stats"]["compiled_ahead:helper"] == 1
+    assert threaded["stats"]["compiled_ahead:spawned"] == 1
     assert threaded["values"] == cold_runs["alone"]["values"]
+    assert not threaded["children_left"]
 
 
 def test_a_helper_whose_writes_fail_changes_nothing_but_the_time(cold_runs, tmp_path):
@@ -153,25 +158,50 @@ def test_a_helper_whose_writes_fail_changes_nothing_but_the_time(cold_runs, tmp_
 
 
 HEAVY = """
+import json, threading
+import numpy as np
 import pytensor
 import numba_cache
 from numba_cache.evaluation import models
+{prelude}
 model = models.gp_model()
-pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")(*model.point)
+values = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")(*model.point)
+print(json.dumps({{"stats": dict(numba_cache.session_stats()),
+                  "values": [np.asarray(value).tolist() for value in values]}}))
 """
 
 
-def test_a_helper_dies_with_the_process_it_helps(tmp_path):
+def test_a_spawned_helper_compiles_ahead_for_the_store_and_settings_of_its_process(tmp_path):
+    """A spawned helper (beside a second thread) adopts the settings of the process it
+    helps, here a store configured from Python, not the environment: the GP's cold
+    compile loads op kernels it compiled, and gives the bits of a compile alone."""
+    configured = ("from numba_cache import settings\n"
+                  f"settings.configure(root={str(tmp_path / 'configured')!r})")
+    spawned = run_python(HEAVY.format(prelude=f"{SECOND_THREAD}\n{configured}"),
+                         env={"NBCACHE_COMPILE_AHEAD": "1",
+                              "NBCACHE_DIR": str(tmp_path / "not-this-one")})
+    alone = run_python(HEAVY.format(prelude=""),
+                       env={"NBCACHE_DIR": str(tmp_path / "alone"), "NBCACHE_COMPILE_AHEAD": "0"})
+    assert spawned["stats"]["compiled_ahead:spawned"] == 1
+    assert spawned["stats"].get("op.compiled_ahead", 0) >= 1, spawned["stats"]
+    # Its kernels' object-mode blocks, loaded at the first call, are no hits either.
+    assert _hits_and_misses(spawned["stats"]) == _hits_and_misses(alone["stats"])
+    assert spawned["values"] == alone["values"]
+    assert not (tmp_path / "not-this-one").exists()
+
+
+@pytest.mark.parametrize("prelude", ["", SECOND_THREAD], ids=["forked", "spawned"])
+def test_a_helper_dies_with_the_process_it_helps(tmp_path, prelude):
     """A process killed while its helper compiles leaves no helper compiling alone (and
     holding an entry's lock): the kernel kills it with its parent."""
     env = child_environment({"NBCACHE_DIR": str(tmp_path / "store"),
                              "NBCACHE_COMPILE_AHEAD": "1"})
-    compiling = subprocess.Popen([sys.executable, "-c", HEAVY], env=env,
+    compiling = subprocess.Popen([sys.executable, "-c", HEAVY.format(prelude=prelude)], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     helper = None
     deadline = time.monotonic() + 120
     while helper is None and time.monotonic() < deadline and compiling.poll() is None:
-        helper = _forked_child(compiling.pid)
+        helper = _helper_child(compiling.pid)
         time.sleep(0.01)
     assert helper is not None, f"no helper was seen: {compiling.communicate()[1][-2000:]}"
     compiling.send_signal(signal.SIGKILL)
@@ -182,8 +212,13 @@ def test_a_helper_dies_with_the_process_it_helps(tmp_path):
     assert not _alive(helper), "the helper outlived the process it helped"
 
 
-def _forked_child(parent: int) -> int | None:
-    """A child of `parent` running what it runs (a fork, not a compiler PyTensor started)."""
+def _hits_and_misses(stats: dict) -> dict:
+    return {name: count for name, count in stats.items() if name.endswith((".hit", ".miss"))}
+
+
+def _helper_child(parent: int) -> int | None:
+    """A child of `parent` running what it runs (a fork, not a compiler PyTensor started),
+    or a spawned helper."""
     try:
         children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
         command = Path(f"/proc/{parent}/cmdline").read_bytes()
@@ -191,10 +226,11 @@ def _forked_child(parent: int) -> int | None:
         return None
     for child in children:
         try:
-            if Path(f"/proc/{child}/cmdline").read_bytes() == command:
-                return int(child)
+            child_command = Path(f"/proc/{child}/cmdline").read_bytes()
         except FileNotFoundError:
             continue
+        if child_command == command or b"numba_cache.kernels.spawned_helper" in child_command:
+            return int(child)
     return None
 
 

@@ -160,9 +160,12 @@ class KernelCache(_Cache):
     def _report_hit(self, sig) -> None:
         """Count a load from the store: a hit, or the miss it is when a helper of this
         compile compiled it (:mod:`.compile_ahead`)."""
-        if self._key.kind == "op" and compile_ahead.compiled_ahead(self._key.digest, sig):
-            report.record(self._context, "op.miss")
-            report.record(self._context, "op.compiled_ahead")
+        kind = self._key.kind
+        if compile_ahead.compiled_ahead(kind, self._key.digest, sig):
+            if kind == "op":
+                report.record(self._context, "op.miss")
+            # A block is compiled with its kernel, uncounted: so is one compiled ahead.
+            report.record(self._context, f"{kind}.compiled_ahead")
             report.lookup(self._context, self._key, "miss")
             return
         report.record(self._context, f"{self._key.kind}.hit")
@@ -245,9 +248,9 @@ class KernelCache(_Cache):
             self._report_verdict()
 
     def save_overload(self, sig, cres):
+        compile_ahead.note_save(self._key.kind, self._key.digest, sig)
         if self._key.kind == "op":
             op_links.note(self._key.digest, sig, cres)
-            compile_ahead.note_save(self._key.digest, sig)
         if not self._persistent or self._verdict_is_stored:
             return
         verdict, llvm_ir = self._verdict, None

@@ -1,9 +1,9 @@
-"""Op kernels compiled ahead, by a forked helper process, while a graph is typed.
+"""Op kernels compiled ahead, by a helper process, while a graph is typed.
 
 numba types a graph kernel's body in the graph's order, compiling each op kernel
 the first time it meets it (:mod:`.graph_body`): on a cold compile, one op kernel
 after another, on one core. When the typing meets the first op kernel the store
-does not hold, this process forks a helper. The helper compiles the op kernels
+does not hold, this process starts a helper. The helper compiles the op kernels
 from the graph's end backwards, for the numba types it predicts their arguments
 have, and stores them; the typing, going forwards, loads what the helper stored
 (the store's entry lock makes it wait for a kernel the helper is compiling), and
@@ -11,44 +11,61 @@ the two meet in the middle. The helper stops there, or is stopped when the typin
 ends (SIGKILL: the store survives a writer killed at any point).
 
 The helper changes no result: what the typing loads is the kernel it would have
-compiled, for the same signature, from the same process image, as a later
-process would load it. A prediction can be wrong (how numba lays out a view, the
-result of a kernel that chooses its layout): the typing then compiles that
-kernel itself, and the helper's compile is an unused overload in the entry.
+compiled, for the same signature, as a later process would load it. A prediction
+can be wrong (how numba lays out a view, the result of a kernel that chooses its
+layout): the typing then compiles that kernel itself, and the helper's compile is
+an unused overload in the entry.
 
-A helper is forked only from a process running one Python thread (another
-thread could hold a lock the child would wait for forever), never from a helper,
-and only under the ``compile_ahead`` setting. What the helper compiles is counted
+The helper is forked from a process running one Python thread; beside other
+threads (one could hold a lock the child would wait for forever) it is spawned,
+a new interpreter (:mod:`.spawned_helper`). Never from a helper, and only under
+the ``compile_ahead`` setting. What the helper compiles is counted
 in this process, as the misses they are (``op.miss``) and as ``op.compiled_ahead``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import hashlib
 import logging
 import mmap
 import os
+import pickle
 import signal
 import struct
+import subprocess
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Callable
 
+from numba_cache.kernels.predicted_types import mispredicted, predict
+
 #: Where the typing is (the index of the step it serves), shared with the helper.
-_POSITION = struct.Struct("q")
+POSITION = struct.Struct("q")
 #: prctl's option naming the signal a process gets when its parent dies (linux/prctl.h).
 _PR_SET_PDEATHSIG = 1
+#: A spawned helper's program: the import path, then :func:`.spawned_helper.main`.
+_SPAWNED_MAIN = ("import pickle, sys\n"
+                 "path, payload = pickle.load(sys.stdin.buffer)\n"
+                 "sys.path[:] = path\n"
+                 "from numba_cache.kernels.spawned_helper import main\n"
+                 "main(sys.argv[1:], payload)\n")
 #: A threshold of the oldest generation no count reaches.
 _NO_FULL_COLLECTION = 2**31 - 1
 
 _active: list[CompileAhead] = []  # the helper of the graph being typed, if any
 _in_helper = False
 _announce: int | None = None  # in a helper: where it tells what it stores
-_announced: set = set()  # (key digest, signature text) the helper of this typing stored
+#: (key digest, signature text) of the op kernels the helper of this typing stored.
+_announced: set = set()
 _loaded: set = set()  # those of them the typing loaded
+#: (key digest, signature text) of object-mode blocks helpers stored, until the first call
+#: of the graph loads them (after the typing: the blocks are compiled when they first run).
+_blocks_ahead: set = set()
 
 
 class CompileAhead:
@@ -60,20 +77,23 @@ class CompileAhead:
     op kernel, as the typing does; ``key_of(kernel)`` is the key digest of a step's
     op kernel when it is stored, else None; ``stored(digest)`` tells whether the
     store holds it; ``record(counter, n)`` counts a helper started
-    (``compiled_ahead:helper``), each op kernel it stored that the typing did not
-    load (``compiled_ahead:unused``), and each value of the graph whose type would
-    have been predicted wrongly (``compiled_ahead:mispredicted``, checked when a
-    helper ran).
+    (``compiled_ahead:helper``; ``compiled_ahead:spawned`` too if spawned), each op
+    kernel it stored that the typing did not load (``compiled_ahead:unused``), and
+    each value of the graph whose type would have been predicted wrongly
+    (``compiled_ahead:mispredicted``, checked when a helper ran); `settings` are
+    those a spawned helper adopts.
     """
 
     def __init__(self, steps: list, outputs: dict, serve: Callable, key_of: Callable,
-                 stored: Callable, record: Callable):
+                 stored: Callable, record: Callable, settings):
         self._steps, self._outputs = steps, outputs
         self._serve, self._key_of, self._stored, self._record = serve, key_of, stored, record
+        self._settings = settings
         self._tried = False
         self._found_stored: set = set()
-        self._pid: int | None = None
+        self._stop: Callable | None = None  # kills and reaps the helper, once one runs
         self._position: mmap.mmap | None = None
+        self._position_file = None
         self._announcements: int | None = None
         self._pending = b""
         self._thresholds: tuple | None = None
@@ -81,8 +101,8 @@ class CompileAhead:
     def before_step(self, index: int, value_types: dict) -> None:
         """The typing is about to serve step `index`; `value_types` holds the numba type of
         every value typed so far."""
-        if self._pid is not None:
-            _POSITION.pack_into(self._position, 0, index)
+        if self._stop is not None:
+            POSITION.pack_into(self._position, 0, index)
             self.read_announcements()
         elif not self._tried and self._will_compile(self._steps[index].kernel):
             self._tried = True
@@ -92,7 +112,7 @@ class CompileAhead:
     def finish(self, value_types: dict) -> None:
         """The typing has ended, having typed `value_types`: count the values whose type
         was mispredicted, stop the helper, and count what it stored in vain."""
-        if self._pid is None:
+        if self._stop is None:
             return
         self._resume_full_collections()
         with contextlib.suppress(Exception):  # a diagnostic: it must not fail the compile
@@ -100,13 +120,11 @@ class CompileAhead:
             if wrong:
                 self._record("compiled_ahead:mispredicted", len(wrong))
         self.read_announcements()
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self._pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self._pid, 0)
+        self._stop()
         os.close(self._announcements)
         self._position.close()
-        self._pid = None
+        self._position_file.close()
+        self._stop = None
         _active.remove(self)
         unused = len(_announced - _loaded)
         if unused:
@@ -125,8 +143,8 @@ class CompileAhead:
                 return
             *lines, self._pending = (self._pending + data).split(b"\n")
             for line in lines:
-                digest, _, signature = line.decode().partition(" ")
-                _announced.add((digest, signature))
+                kind, digest, signature = line.decode().split(" ")
+                (_announced if kind == "op" else _blocks_ahead).add((digest, signature))
 
     def _will_compile(self, kernel: str) -> bool:
         """Whether a step's op kernel is stored by key, not yet in the store. A kernel
@@ -141,12 +159,40 @@ class CompileAhead:
         return True
 
     def _start(self, index: int, value_types: dict) -> None:
-        if (_in_helper or _active or not hasattr(os, "fork") or threading.active_count() > 1
-                or len(self._steps) - index < 2):
+        """Start a helper for the steps after `index`: forked from a process running one
+        Python thread, else spawned (:meth:`_spawn`)."""
+        if _in_helper or _active or len(self._steps) - index < 2:
             return
-        position = mmap.mmap(-1, _POSITION.size)
-        _POSITION.pack_into(position, 0, index)
+        position_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finish)
+        position_file.truncate(POSITION.size)
+        position = mmap.mmap(position_file.fileno(), POSITION.size)
+        POSITION.pack_into(position, 0, index)
         read_end, write_end = os.pipe()
+        stop = None
+        try:
+            if hasattr(os, "fork") and threading.active_count() == 1:
+                stop = self._fork(index, value_types, position, write_end)
+            else:
+                stop = self._spawn(index, value_types, position_file.fileno(), write_end)
+        finally:
+            os.close(write_end)
+            if stop is None:
+                os.close(read_end)
+                position.close()
+                position_file.close()
+        if stop is None:
+            return
+        os.set_blocking(read_end, False)
+        self._stop, self._position, self._position_file = stop, position, position_file
+        self._announcements = read_end
+        _active.append(self)
+        self._record("compiled_ahead:helper", 1)
+
+    def _fork(self, index: int, value_types: dict, position: mmap.mmap,
+              announce: int) -> Callable | None:
+        """Fork the helper: a copy of this process, typed values and op kernels included.
+        Only beside no other Python thread: a lock another thread held would never be
+        released in the child."""
         parent = os.getpid()
         with warnings.catch_warnings():
             # Python warns of a fork from a process with other OS threads. Those here are
@@ -156,23 +202,55 @@ class CompileAhead:
             try:
                 pid = os.fork()
             except OSError:
-                pid = None
+                self._resume_full_collections()
+                return None
         if pid == 0:
-            os.close(read_end)
             try:
-                self._help(index, dict(value_types), position, write_end, parent)
+                become_helper(announce)
+                predicted = predict(self._steps, self._outputs, dict(value_types), index)
+                work = [(first, (kernel, signature))
+                        for first, kernel, signature in self._work(index, predicted)]
+                work_until_met(work, position, parent, self._compile_forked)
             finally:
                 os._exit(0)
-        os.close(write_end)
-        if pid is None:
-            self._resume_full_collections()
-            os.close(read_end)
-            position.close()
-            return
-        os.set_blocking(read_end, False)
-        self._pid, self._position, self._announcements = pid, position, read_end
-        _active.append(self)
-        self._record("compiled_ahead:helper", 1)
+        return functools.partial(_kill_forked, pid)
+
+    def _compile_forked(self, item: tuple) -> None:
+        kernel, signature = item
+        if self._will_compile(kernel):
+            self._serve(kernel, signature)
+
+    def _spawn(self, index: int, value_types: dict, position: int,
+               announce: int) -> Callable | None:
+        """Spawn the helper: a new interpreter (:mod:`.spawned_helper`), given this process's
+        settings and, for each op kernel to compile, its key digest, its node on inputs
+        of its own (:func:`standalone`) and the predicted signature. It compiles
+        once its imports are done (seconds), so it helps long compiles only."""
+        import cloudpickle
+
+        predicted = predict(self._steps, self._outputs, value_types, index)
+        work = []
+        for first, kernel, signature in self._work(index, predicted):
+            node = self._outputs[kernel][0].owner if self._outputs[kernel] else None
+            with contextlib.suppress(Exception):  # what does not pickle, the typing compiles
+                work.append((first, (self._key_of(kernel),
+                                     cloudpickle.dumps((standalone(node), signature)))))
+        if not work:
+            return None
+        payload = tempfile.TemporaryFile()  # noqa: SIM115 (the child's input)
+        with payload:
+            # This process's import path first, as multiprocessing's spawn gives it: the
+            # helper imports the numba_cache (and PyTensor) this process imported.
+            pickle.dump((sys.path, cloudpickle.dumps({"settings": self._settings,
+                                                      "work": work})), payload)
+            payload.seek(0)
+            process = subprocess.Popen(
+                [sys.executable, "-c", _SPAWNED_MAIN, str(position), str(announce),
+                 str(os.getpid())],
+                stdin=payload, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                pass_fds=(position, announce))
+        self._record("compiled_ahead:spawned", 1)
+        return functools.partial(_kill_spawned, process)
 
     def _hold_full_collections(self) -> None:
         """Keep this process's garbage collector off the objects the helper shares.
@@ -194,34 +272,6 @@ class CompileAhead:
             gc.set_threshold(*self._thresholds)
             self._thresholds = None
 
-    def _help(self, index: int, value_types: dict, position: mmap.mmap, announce: int,
-              parent: int) -> None:
-        """The helper's work: the steps after `index`, from the last, until the typing
-        reaches them, or the process it helps (`parent`) is gone."""
-        global _in_helper, _announce
-        _in_helper, _announce = True, announce
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        _die_with_parent()
-        # Nothing of the helper's reaches the user: the process it helps tells what its
-        # own typing tells. (A stream object may belong to a thread of the parent, as
-        # a notebook's does: the helper writes to none.)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.dup2(devnull, 2)
-        sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the helper's own)
-        warnings.simplefilter("ignore")
-        logging.disable(logging.CRITICAL)
-        from numba_cache.kernels import report
-
-        report.count_in_store(False)  # the typing counts what the helper compiles
-        predicted = predict(self._steps, self._outputs, value_types, index)
-        for first, kernel, signature in reversed(self._work(index, predicted)):
-            if first <= _POSITION.unpack_from(position, 0)[0] or os.getppid() != parent:
-                return
-            if self._will_compile(kernel):
-                with contextlib.suppress(Exception):  # the typing compiles what failed here
-                    self._serve(kernel, signature)
-
     def _work(self, index: int, predicted: dict) -> list:
         """``(step index, kernel, signature)`` of each stored op kernel and predicted
         signature the steps after `index` call, at the step that first calls it (where
@@ -236,6 +286,60 @@ class CompileAhead:
         return list(work.values())
 
 
+def standalone(node):
+    """`node` on inputs of its own, its constants kept: what is pickled of it is the node,
+    not the graph above it."""
+    from pytensor.graph.basic import Constant
+
+    inputs = [variable if isinstance(variable, Constant) else variable.type()
+              for variable in node.inputs]
+    return node.clone_with_new_inputs(inputs)
+
+
+def _kill_forked(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _kill_spawned(process) -> None:
+    process.kill()
+    process.wait()
+
+
+def become_helper(announce: int) -> None:
+    """Make this process a helper telling what it stores through `announce`: it dies with
+    its parent, writes nothing the user sees, and counts nothing in the store."""
+    global _in_helper, _announce
+    _in_helper, _announce = True, announce
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _die_with_parent()
+    # Nothing of the helper's reaches the user: the process it helps tells what its
+    # own typing tells. (A stream object may belong to a thread of the parent, as
+    # a notebook's does: the helper writes to none.)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the helper's own)
+    warnings.simplefilter("ignore")
+    logging.disable(logging.CRITICAL)
+    from numba_cache.kernels import report
+
+    report.count_in_store(False)  # the typing counts what the helper compiles
+
+
+def work_until_met(work: list, position: mmap.mmap, parent: int, compile_one: Callable) -> None:
+    """The helper's loop: ``compile_one(item)`` for each ``(step index, item)`` of `work`,
+    from the last, until the typing has reached its step (`position`), or the process
+    it helps (`parent`) is gone. What fails here, the typing compiles itself."""
+    for first, item in reversed(work):
+        if first <= POSITION.unpack_from(position, 0)[0] or os.getppid() != parent:
+            return
+        with contextlib.suppress(Exception):
+            compile_one(item)
+
+
 def _die_with_parent() -> None:
     """Have the kernel kill this process when its parent dies (Linux), so that a helper
     whose process was killed does not compile on alone, holding an entry's lock."""
@@ -246,11 +350,12 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def note_save(key_digest: str, signature) -> None:
-    """In a helper, tell the process it helps that it stores this op kernel (before the
-    entry can be read there: a load of it is then known to be a miss of this compile)."""
+def note_save(kind: str, key_digest: str, signature) -> None:
+    """In a helper, tell the process it helps that it stores this kernel (an op kernel, or
+    an object-mode block of one) before the entry can be read there: a load of it is
+    then known to be this compile's work, not a hit."""
     if _announce is not None:
-        os.write(_announce, f"{key_digest} {signature_text(signature)}\n".encode())
+        os.write(_announce, f"{kind} {key_digest} {signature_text(signature)}\n".encode())
 
 
 def signature_text(signature) -> str:
@@ -258,123 +363,22 @@ def signature_text(signature) -> str:
     return hashlib.blake2b(repr(tuple(signature)).encode(), digest_size=8).hexdigest()
 
 
-def compiled_ahead(key_digest: str, signature) -> bool:
-    """Whether the op kernel of `key_digest` for `signature` was compiled and stored by the
-    helper of the graph being typed (a load of it is then a miss of this compile)."""
-    if not _active:
+def compiled_ahead(kind: str, key_digest: str, signature) -> bool:
+    """Whether the kernel of `kind` and `key_digest` for `signature` was compiled and stored
+    by a helper of this process's compile (a load of it is then a miss of that compile):
+    an op kernel, by the helper of the graph being typed; an object-mode block, by the
+    helper of the graph whose first call loads it."""
+    if not (_active or _blocks_ahead):  # a warm compile: nothing was compiled ahead
         return False
     for helper in _active:
         helper.read_announcements()
     address = (key_digest, signature_text(signature))
-    if address not in _announced:
+    if kind == "objmode":
+        if address not in _blocks_ahead:
+            return False
+        _blocks_ahead.discard(address)
+        return True
+    if kind != "op" or address not in _announced:
         return False
     _loaded.add(address)
     return True
-
-
-def predict(steps: list, outputs: dict, value_types: dict, index: int) -> dict:
-    """The numba types of the values of `steps` from `index` on, as predicted from their
-    PyTensor types, with `value_types` (those typed so far); a value that cannot be
-    predicted is left out."""
-    predicted = dict(value_types)
-    for step in steps[index:]:
-        variables = outputs[step.kernel]
-        node = variables[0].owner if variables else None
-        for position, (name, variable) in enumerate(zip(step.outputs, variables, strict=True)):
-            if name not in predicted:
-                type_ = _predicted_type(node, position, variable, step, predicted)
-                if type_ is not None:
-                    predicted[name] = type_
-    return predicted
-
-
-def mispredicted(steps: list, outputs: dict, value_types: dict) -> list:
-    """The names of the values of `steps` whose type, predicted from the types their step
-    read, is not the type `value_types` gives them (what the typing found)."""
-    wrong = []
-    for step in steps:
-        variables = outputs[step.kernel]
-        for position, (name, variable) in enumerate(zip(step.outputs, variables, strict=True)):
-            if name in value_types:
-                type_ = _predicted_type(variable.owner, position, variable, step, value_types)
-                if type_ is not None and type_ != value_types[name]:
-                    wrong.append(name)
-    return wrong
-
-
-def _predicted_type(node, position: int, variable, step, predicted: dict):
-    """numba's type of `variable`, output `position` of `node`: an output written into an
-    input (``destroy_map``) has that input's type, unless it is read-only (then the op
-    copies it); a new array has the layout :func:`_new_layout` predicts, a view
-    (``view_map``) the one :func:`_view_layout` predicts."""
-    import numba
-    import numpy as np
-    from numba.core import types
-    from pytensor.scalar import ScalarType
-    from pytensor.tensor import TensorType
-
-    if isinstance(variable.type, ScalarType):
-        return numba.from_dtype(np.dtype(variable.type.dtype))
-    if not isinstance(variable.type, TensorType):
-        return None
-    dtype = numba.from_dtype(variable.type.numpy_dtype)
-    op = node.op
-    if _is_scan(op):  # slices of its own buffers, whatever its maps say
-        return types.Array(dtype, variable.type.ndim, "A" if variable.type.ndim else "C")
-    destroyed = getattr(op, "destroy_map", {}).get(position)
-    if destroyed:
-        written = predicted.get(step.inputs[destroyed[0]])
-        if not isinstance(written, types.Array) or written.mutable:
-            return written
-    viewed = getattr(op, "view_map", {}).get(position)
-    if not viewed:
-        return types.Array(dtype, variable.type.ndim, _new_layout(op, position))
-    source = predicted.get(step.inputs[viewed[0]])
-    if not isinstance(source, types.Array):
-        return None
-    return types.Array(dtype, variable.type.ndim, _view_layout(op, source),
-                       readonly=not source.mutable)
-
-
-def _is_scan(op) -> bool:
-    scan = sys.modules.get("pytensor.scan.op")  # not imported by graphs without one
-    return scan is not None and isinstance(op, scan.Scan)
-
-
-def _new_layout(op, position: int) -> str:
-    """The layout of a new array: C, but for a fused reduction over other than the
-    leading axes (its result is indexed out of the array kept with the reduced axes)."""
-    reduced = getattr(op, "reduced_outputs", None)
-    spec = reduced[position] if reduced and position < len(reduced) else None
-    if spec is not None and tuple(spec[1]) != tuple(range(len(spec[1]))):
-        return "A"
-    return "C"
-
-
-def _view_layout(op, source) -> str:
-    """The layout of PyTensor's numba view of a `source` array (as seen of its kernels):
-    a transpose swaps C and F; adding or dropping broadcastable axes keeps the layout
-    (not to or from a 0-d array); a leading slice or integer index keeps C; a
-    diagonal is a copy; any other view is of any layout."""
-    from pytensor.tensor.basic import ExtractDiag
-    from pytensor.tensor.elemwise import DimShuffle
-    from pytensor.tensor.subtensor import Subtensor
-
-    if isinstance(op, ExtractDiag):
-        return "C"
-    if isinstance(op, DimShuffle) and source.ndim > 0 and op.new_order:
-        kept = [axis for axis in op.new_order if axis != "x"]
-        if kept == sorted(kept):
-            return source.layout
-        if tuple(op.new_order) == (1, 0) and source.layout in "CF":
-            return {"C": "F", "F": "C"}[source.layout]
-    if isinstance(op, Subtensor) and source.layout == "C" and _leading_index(op.idx_list):
-        return "C"
-    return "A"
-
-
-def _leading_index(entries) -> bool:
-    """Whether Subtensor entries are integers only, or one slice without a step."""
-    if len(entries) == 1 and isinstance(entries[0], slice):
-        return entries[0].step is None
-    return not any(isinstance(entry, slice) for entry in entries)

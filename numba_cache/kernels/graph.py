@@ -183,7 +183,7 @@ def _compile_ahead(context, steps: list, nodes: dict, keys: dict, serve) -> Comp
     fingerprint = context.fingerprint.digest
     return CompileAhead(steps, {kernel: node.outputs for kernel, node in nodes.items()}, serve,
                         keys.get, lambda digest: context.store.has(fingerprint, digest),
-                        lambda counter, n: report.record(context, counter, n))
+                        lambda counter, n: report.record(context, counter, n), context.settings)
 
 
 def _tell_what_conversion_tells(cache: KernelCache) -> None:
