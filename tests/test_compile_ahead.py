@@ -10,6 +10,7 @@ shows in the counters of the cold compile.
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -171,7 +172,17 @@ print(json.dumps({{"stats": dict(numba_cache.session_stats()),
 """
 
 
-def test_a_spawned_helper_compiles_ahead_for_the_store_and_settings_of_its_process(tmp_path):
+@pytest.fixture(scope="module")
+def gp_alone(tmp_path_factory):
+    """The GP's cold compile without a helper."""
+    store = tmp_path_factory.mktemp("gp-alone")
+    yield run_python(HEAVY.format(prelude=""),
+                     env={"NBCACHE_DIR": str(store), "NBCACHE_COMPILE_AHEAD": "0"})
+    shutil.rmtree(store, ignore_errors=True)
+
+
+def test_a_spawned_helper_compiles_ahead_for_the_store_and_settings_of_its_process(
+        tmp_path, gp_alone):
     """A spawned helper (beside a second thread) adopts the settings of the process it
     helps, here a store configured from Python, not the environment: the GP's cold
     compile loads op kernels it compiled, and gives the bits of a compile alone."""
@@ -180,14 +191,43 @@ def test_a_spawned_helper_compiles_ahead_for_the_store_and_settings_of_its_proce
     spawned = run_python(HEAVY.format(prelude=f"{SECOND_THREAD}\n{configured}"),
                          env={"NBCACHE_COMPILE_AHEAD": "1",
                               "NBCACHE_DIR": str(tmp_path / "not-this-one")})
-    alone = run_python(HEAVY.format(prelude=""),
-                       env={"NBCACHE_DIR": str(tmp_path / "alone"), "NBCACHE_COMPILE_AHEAD": "0"})
+    alone = gp_alone
     assert spawned["stats"]["compiled_ahead:spawned"] == 1
     assert spawned["stats"].get("op.compiled_ahead", 0) >= 1, spawned["stats"]
     # Its kernels' object-mode blocks, loaded at the first call, are no hits either.
     assert _hits_and_misses(spawned["stats"]) == _hits_and_misses(alone["stats"])
     assert spawned["values"] == alone["values"]
     assert not (tmp_path / "not-this-one").exists()
+
+
+def test_in_a_jupyter_kernel_a_cold_compile_is_helped_and_gives_the_bits_alone(
+        tmp_path, gp_alone):
+    """A real Jupyter kernel (ipykernel, started by jupyter_client) runs several threads:
+    the GP's cold compile there spawns its helper, loads op kernels it compiled, and
+    gives the bits and the hits and misses of a compile alone."""
+    from jupyter_client.manager import start_new_kernel
+
+    code = HEAVY.format(prelude="").replace(
+        '"stats":', '"threads": threading.active_count(), "stats":')
+    manager, client = start_new_kernel(
+        startup_timeout=120, kernel_name="python3",
+        env=child_environment({"NBCACHE_DIR": str(tmp_path / "store"),
+                               "NBCACHE_COMPILE_AHEAD": "1"}))
+    printed = []
+    try:
+        reply = client.execute_interactive(
+            code, timeout=600, output_hook=lambda message: printed.append(
+                message["content"].get("text", "") if message["msg_type"] == "stream" else ""))
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    notebook = json.loads("".join(printed).strip().splitlines()[-1])
+    assert notebook["threads"] > 1
+    assert notebook["stats"]["compiled_ahead:spawned"] == 1
+    assert notebook["stats"].get("op.compiled_ahead", 0) >= 1, notebook["stats"]
+    assert _hits_and_misses(notebook["stats"]) == _hits_and_misses(gp_alone["stats"])
+    assert notebook["values"] == gp_alone["values"]
 
 
 @pytest.mark.parametrize("prelude", ["", SECOND_THREAD], ids=["forked", "spawned"])
