@@ -200,6 +200,21 @@ def test_a_spawned_helper_compiles_ahead_for_the_store_and_settings_of_its_proce
     assert not (tmp_path / "not-this-one").exists()
 
 
+def test_a_spawned_helper_takes_the_pytensor_flags_set_in_python(tmp_path):
+    """The PyTensor flags of the fingerprint, here ``numba__fastmath`` (on by default) set
+    in Python: a spawned helper without them would compute other keys and compile
+    nothing the process loads."""
+    exact = "pytensor.config.numba__fastmath = False"
+    spawned = run_python(HEAVY.format(prelude=f"{SECOND_THREAD}\n{exact}"),
+                         env={"NBCACHE_DIR": str(tmp_path / "spawned"),
+                              "NBCACHE_COMPILE_AHEAD": "1"})
+    alone = run_python(HEAVY.format(prelude=exact),
+                       env={"NBCACHE_DIR": str(tmp_path / "alone"), "NBCACHE_COMPILE_AHEAD": "0"})
+    assert spawned["stats"]["compiled_ahead:spawned"] == 1
+    assert spawned["stats"].get("op.compiled_ahead", 0) >= 1, spawned["stats"]
+    assert spawned["values"] == alone["values"]
+
+
 def test_in_a_jupyter_kernel_a_cold_compile_is_helped_and_gives_the_bits_alone(
         tmp_path, gp_alone):
     """A real Jupyter kernel (ipykernel, started by jupyter_client) runs several threads:

@@ -43,6 +43,7 @@ import warnings
 from collections.abc import Callable
 
 from numba_cache.kernels.predicted_types import mispredicted, predict
+from numba_cache.keys.fingerprint import PYTENSOR_FLAGS
 
 #: Where the typing is (the index of the step it serves), shared with the helper.
 POSITION = struct.Struct("q")
@@ -227,6 +228,7 @@ class CompileAhead:
         of its own (:func:`standalone`) and the predicted signature. It compiles
         once its imports are done (seconds), so it helps long compiles only."""
         import cloudpickle
+        from pytensor import config
 
         predicted = predict(self._steps, self._outputs, value_types, index)
         work = []
@@ -241,7 +243,9 @@ class CompileAhead:
         with payload:
             # This process's import path first, as multiprocessing's spawn gives it: the
             # helper imports the numba_cache (and PyTensor) this process imported.
-            pickle.dump((sys.path, cloudpickle.dumps({"settings": self._settings,
+            # The PyTensor flags of the fingerprint too: a notebook may set them in Python.
+            flags = {flag: getattr(config, flag) for flag in PYTENSOR_FLAGS}
+            pickle.dump((sys.path, cloudpickle.dumps({"settings": self._settings, "flags": flags,
                                                       "work": work})), payload)
             payload.seek(0)
             process = subprocess.Popen(

@@ -8,10 +8,11 @@ shares with it, its process id, and (pickled with cloudpickle) its settings and
 work: for each op kernel, the step that first calls it, its key digest, and,
 pickled, its node and the predicted numba signature.
 
-The helper converts each node as the process it helps did and compiles the op
-kernel only if it finds the same key: a node that pickled to something else, a
-PyTensor flag set in Python that the helper does not have (its fingerprint then
-differs), cost only its time. The store's entry lock, the announcements and the
+The helper takes the PyTensor flags of the fingerprint from the process it
+helps (a notebook may set ``floatX`` in Python), converts each node as that
+process did, and compiles the op kernel only if it finds the same key: a node
+that pickled to something else, a numba setting changed in Python that the
+helper does not have (its fingerprint then differs), cost only its time. The store's entry lock, the announcements and the
 meeting point are :mod:`.compile_ahead`'s, as for a forked helper.
 """
 
@@ -39,6 +40,10 @@ def main(argv: list[str], pickled_payload: bytes) -> None:
 
     payload = cloudpickle.loads(pickled_payload)
     settings.adopt(payload["settings"])
+    from pytensor import config
+
+    for flag, value in payload["flags"].items():
+        setattr(config, flag, value)
     context = current_context()
     if not context.enabled:
         return
