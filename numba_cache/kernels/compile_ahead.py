@@ -207,6 +207,10 @@ class CompileAhead:
                 return None
         if pid == 0:
             try:
+                # The helper collects its own garbage (numba's compiles make cycles), but
+                # never scans what it shares with the process: that would copy its pages.
+                gc.freeze()
+                gc.set_threshold(*self._thresholds)
                 become_helper(announce)
                 predicted = predict(self._steps, self._outputs, dict(value_types), index)
                 work = [(first, (kernel, signature))
