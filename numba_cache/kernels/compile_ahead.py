@@ -376,17 +376,18 @@ def compiled_ahead(kind: str, key_digest: str, signature) -> bool:
     by a helper of this process's compile (a load of it is then a miss of that compile):
     an op kernel, by the helper of the graph being typed; an object-mode block, by the
     helper of the graph whose first call loads it."""
-    if not (_active or _blocks_ahead):  # a warm compile: nothing was compiled ahead
+    # Op kernels are announced only while a helper is active, blocks until they are loaded:
+    # a warm hit returns here, before any signature is hashed.
+    if not (_active if kind == "op" else kind == "objmode" and (_active or _blocks_ahead)):
         return False
     for helper in _active:
         helper.read_announcements()
+    announced = _announced if kind == "op" else _blocks_ahead
     address = (key_digest, signature_text(signature))
-    if kind == "objmode":
-        if address not in _blocks_ahead:
-            return False
-        _blocks_ahead.discard(address)
-        return True
-    if kind != "op" or address not in _announced:
+    if address not in announced:
         return False
-    _loaded.add(address)
+    if kind == "objmode":
+        _blocks_ahead.discard(address)
+    else:
+        _loaded.add(address)
     return True

@@ -2,20 +2,21 @@
 
 :mod:`.compile_ahead` forks its helper from a process running one Python thread.
 Beside other threads (a notebook's kernel runs several) a fork could copy a lock
-another thread holds, never to be released: the helper is a new interpreter, which reads from its standard input the import
-path of the process it helps, then runs :func:`main` with the file descriptors it
-shares with it, its process id, and (pickled with cloudpickle) its settings and
-work: for each op kernel, the step that first calls it, its key digest, and,
-pickled, its node and the predicted numba signature.
+another thread holds, never to be released: the helper is a new interpreter,
+which reads from its standard input the import path of the process it helps,
+then runs :func:`main` with the file descriptors it shares with it, its process
+id, and (pickled with cloudpickle) its settings and work: for each op kernel, the
+step that first calls it, its key digest, and, pickled, its node and the
+predicted numba signature.
 
 The helper takes the PyTensor flags of the fingerprint from the process it
 helps (a notebook may set ``floatX`` in Python), converts each node as that
 process did, and compiles the op kernel only if it finds the same key: a node
 that pickled to something else, a numba setting changed in Python that the
-helper does not have (its fingerprint then differs), cost only its time. The store's entry lock, the announcements and the
-meeting point are :mod:`.compile_ahead`'s, as for a forked helper.
+helper does not have (its fingerprint then differs), cost only its time. The
+store's entry lock, the announcements and the meeting point are
+:mod:`.compile_ahead`'s, as for a forked helper.
 """
-
 from __future__ import annotations
 
 import mmap
@@ -61,4 +62,3 @@ def main(argv: list[str], pickled_payload: bytes) -> None:
 
     position = mmap.mmap(position_fd, compile_ahead.POSITION.size)
     compile_ahead.work_until_met(payload["work"], position, parent, compile_one)
-
