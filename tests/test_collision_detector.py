@@ -4,6 +4,7 @@ catches a collision planted on purpose."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 
 import numpy as np
@@ -15,7 +16,7 @@ from helpers import run_cli, run_python
 import numba_cache
 from numba_cache import settings
 from numba_cache.kernels import collisions
-from numba_cache.kernels.collisions import normalized_ir
+from numba_cache.kernels.collisions import ir_digest, normalized_ir
 from numba_cache.kernels.context import current_context
 from numba_cache.store import StoreWarning
 
@@ -162,6 +163,9 @@ def test_normalized_ir_ignores_numba_unique_ids_only():
     second = first.replace("v123", "v987").replace("B3abc", "B5xyzuv").replace("[9 x", "[11 x")
     assert normalized_ir(first) == normalized_ir(second)
     assert normalized_ir(first) != normalized_ir(first.replace("ArrayE", "ArrayI"))
+    # ir_digest hashes the normalized IR piece by piece, never joined: the same digest.
+    for text in (first, second, first.replace("ArrayE", "ArrayI")):
+        assert ir_digest(text) == hashlib.sha256(normalized_ir(text).encode()).hexdigest()
 
 
 OP_PLANT = """

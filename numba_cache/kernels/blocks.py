@@ -24,15 +24,16 @@ _blocks_of_stored_kernels: set[str] = set()
 _stored_here: set[tuple] = set()
 
 
-def note_blocks(text: str) -> list[str]:
-    """Remember the blocks named in `text`: a stored kernel's LLVM IR, or their list.
+def named_blocks(*texts: str) -> list[str]:
+    """The uuids of the blocks named in `texts` (a kernel's LLVM IR, or their list),
+    sorted: the list a kernel's entry keeps, so that a process loading the kernel
+    knows its blocks too."""
+    return sorted({uuid for text in texts for uuid in _UUID.findall(text)})
 
-    Returns their uuids, sorted: the list a kernel's entry keeps, so that a
-    process loading the kernel knows its blocks too.
-    """
-    blocks = sorted(set(_UUID.findall(text)))
+
+def note_blocks(blocks: list[str]) -> None:
+    """Remember `blocks` as held by a kernel in the store."""
     _blocks_of_stored_kernels.update(blocks)
-    return blocks
 
 
 def held_by_a_stored_kernel(dispatcher) -> bool:

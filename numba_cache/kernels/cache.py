@@ -272,22 +272,26 @@ class KernelCache(_Cache):
             self._save(cacheable=False, verdict=verdict, blobs={})
             self._verdict_is_stored = True
             return
+        existing = self._entry
+        blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
+        blobs[collisions.ir_blob_name(sig)] = collisions.ir_digest(llvm_ir).encode()
+        blocks = [] if self._object_mode else object_mode_blocks.named_blocks(
+            llvm_ir, blobs.get(BLOCKS_BLOB, b"").decode())
+        # A large graph's IR text is megabytes: let it go before the payload is made.
+        del llvm_ir
         try:
-            payload = dump_compile_result(cres, keep_environment=self._object_mode)
+            blobs[overload_blob_name(sig)] = dump_compile_result(
+                cres, keep_environment=self._object_mode)
         except Exception as exc:
             verdict = Uncacheable("unserializable", f"numba could not serialize it: {exc!r}")
             report.uncacheable(self._context, self._key, verdict)
             return
-        existing = self._entry
-        blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
-        blobs[overload_blob_name(sig)] = payload
-        blobs[collisions.ir_blob_name(sig)] = collisions.ir_digest(llvm_ir).encode()
         if self._op_calls:
             blobs[op_links.blob_name(sig)] = op_links.encode(self._op_calls)
         if self._object_mode:
             self._save(cacheable=True, verdict=None, blobs=blobs)
             return
-        blocks = object_mode_blocks.note_blocks(llvm_ir + blobs.get(BLOCKS_BLOB, b"").decode())
+        object_mode_blocks.note_blocks(blocks)
         if blocks:
             blobs[BLOCKS_BLOB] = "\n".join(blocks).encode()
         self._save(cacheable=True, verdict=None, blobs=blobs)
@@ -323,7 +327,8 @@ def rebuild(context, entry: Entry, sig, target_context):
     if payload is None:
         return None
     try:
-        object_mode_blocks.note_blocks(entry.blobs.get(BLOCKS_BLOB, b"").decode())
+        object_mode_blocks.note_blocks(
+            object_mode_blocks.named_blocks(entry.blobs.get(BLOCKS_BLOB, b"").decode()))
         return load_compile_result(payload, target_context)
     except Exception as exc:  # any failure to rebuild means the entry is unusable
         report.remove_corrupt(context, entry.key, f"entry {entry.key[:12]} ({entry.summary}), "

@@ -23,6 +23,7 @@ import hashlib
 import random
 import re
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from numba_cache.kernels import report
@@ -38,7 +39,22 @@ _ENVIRONMENT_STRING = re.compile(r'\[\d+ x i8\] c"missing Environment: ')
 
 def normalized_ir(llvm_ir: str) -> str:
     """`llvm_ir` with numba's unique ids and ABI tags replaced by placeholders."""
-    pieces, position = [], 0
+    return "".join(_normalized_pieces(llvm_ir))
+
+
+def ir_digest(llvm_ir: str) -> str:
+    """The sha256 of :func:`normalized_ir`, hashed piece by piece: a large graph's IR is
+    megabytes, and the compile's peak memory is reached while it is stored."""
+    digest = hashlib.sha256()
+    for piece in _normalized_pieces(llvm_ir):
+        digest.update(piece.encode())
+    return digest.hexdigest()
+
+
+def _normalized_pieces(llvm_ir: str) -> Iterator[str]:
+    """:func:`normalized_ir` in pieces. The environment-string pattern holds neither "B"
+    nor "_", so no match spans a placeholder: replacing it piece by piece is the same."""
+    position = 0
     for match in _UNIQUE_ID.finditer(llvm_ir):
         if match.start() < position:
             continue
@@ -46,14 +62,14 @@ def normalized_ir(llvm_ir: str) -> str:
         tag = _LENGTH_TAG.match(llvm_ir, end)
         if not llvm_ir[match.end():end].isdigit() or tag is None:
             continue  # not a numba-mangled name
-        pieces += [llvm_ir[position:match.start()], "B_v_B_"]
+        yield _without_environment_names(llvm_ir[position:match.start()])
+        yield "B_v_B_"
         position = tag.end() + int(tag.group(1))
-    pieces.append(llvm_ir[position:])
-    return _ENVIRONMENT_STRING.sub('[_ x i8] c"missing Environment: ', "".join(pieces))
+    yield _without_environment_names(llvm_ir[position:])
 
 
-def ir_digest(llvm_ir: str) -> str:
-    return hashlib.sha256(normalized_ir(llvm_ir).encode()).hexdigest()
+def _without_environment_names(text: str) -> str:
+    return _ENVIRONMENT_STRING.sub('[_ x i8] c"missing Environment: ', text)
 
 
 def ir_blob_name(signature) -> str:

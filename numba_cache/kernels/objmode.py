@@ -23,7 +23,7 @@ block's kernel is compiled and pickles with it, so every process loading that
 kernel sees the same uuid, and no other block has it; plus the function holding
 the block, the argument types and the environment fingerprint. A block is
 stored only if a kernel in the store holds it (its uuid is in the kernel's IR,
-listed in the kernel's entry, see :func:`.blocks.note_blocks`): blocks of kernels
+listed in the kernel's entry, see :func:`.blocks.named_blocks`): blocks of kernels
 compiled afresh in every process (PyTensor's ``NUMBA`` mode with its cache off)
 would only fill the store.
 """
