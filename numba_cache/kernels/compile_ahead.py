@@ -195,6 +195,13 @@ class CompileAhead:
         Only beside no other Python thread: a lock another thread held would never be
         released in the child."""
         parent = os.getpid()
+        # The work is found here, not in the helper: walking the graph's steps and values
+        # there would write into their pages (reference counts) and copy them, 14 MiB of
+        # the large benchmark model's, for 10 ms here.
+        predicted = predict(self._steps, self._outputs, dict(value_types), index)
+        work = [(first, (kernel, signature))
+                for first, kernel, signature in self._work(index, predicted)]
+        del predicted
         with warnings.catch_warnings():
             # Python warns of a fork from a process with other OS threads. Those here are
             # native pools (BLAS) that take no lock of ours; a Python thread stops us above.
@@ -212,9 +219,6 @@ class CompileAhead:
                 gc.freeze()
                 gc.set_threshold(*self._thresholds)
                 become_helper(announce)
-                predicted = predict(self._steps, self._outputs, dict(value_types), index)
-                work = [(first, (kernel, signature))
-                        for first, kernel, signature in self._work(index, predicted)]
                 work_until_met(work, position, parent, self._compile_forked)
             finally:
                 os._exit(0)
