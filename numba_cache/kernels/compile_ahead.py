@@ -202,6 +202,8 @@ class CompileAhead:
         work = [(first, (kernel, signature))
                 for first, kernel, signature in self._work(index, predicted)]
         del predicted
+        if not work:
+            return None
         with warnings.catch_warnings():
             # Python warns of a fork from a process with other OS threads. Those here are
             # native pools (BLAS) that take no lock of ours; a Python thread stops us above.
