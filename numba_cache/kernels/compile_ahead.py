@@ -164,6 +164,12 @@ class CompileAhead:
         Python thread, else spawned (:meth:`_spawn`)."""
         if _in_helper or _active or len(self._steps) - index < 2:
             return
+        # The work is found here, not in a forked helper: walking the graph's steps and
+        # values there would write into their pages (reference counts) and copy them,
+        # 14 MiB of the large benchmark model's, for 10 ms here.
+        work = self._work(index, predict(self._steps, self._outputs, value_types, index))
+        if not work:
+            return
         position_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finish)
         position_file.truncate(POSITION.size)
         position = mmap.mmap(position_file.fileno(), POSITION.size)
@@ -172,9 +178,9 @@ class CompileAhead:
         stop = None
         try:
             if hasattr(os, "fork") and threading.active_count() == 1:
-                stop = self._fork(index, value_types, position, write_end)
+                stop = self._fork(work, position, write_end)
             else:
-                stop = self._spawn(index, value_types, position_file.fileno(), write_end)
+                stop = self._spawn(work, position_file.fileno(), write_end)
         finally:
             os.close(write_end)
             if stop is None:
@@ -189,21 +195,12 @@ class CompileAhead:
         _active.append(self)
         self._record("compiled_ahead:helper", 1)
 
-    def _fork(self, index: int, value_types: dict, position: mmap.mmap,
-              announce: int) -> Callable | None:
-        """Fork the helper: a copy of this process, typed values and op kernels included.
-        Only beside no other Python thread: a lock another thread held would never be
-        released in the child."""
+    def _fork(self, work: list, position: mmap.mmap, announce: int) -> Callable | None:
+        """Fork the helper for `work` (:meth:`_work`): a copy of this process, typed values
+        and op kernels included. Only beside no other Python thread: a lock another
+        thread held would never be released in the child."""
         parent = os.getpid()
-        # The work is found here, not in the helper: walking the graph's steps and values
-        # there would write into their pages (reference counts) and copy them, 14 MiB of
-        # the large benchmark model's, for 10 ms here.
-        predicted = predict(self._steps, self._outputs, dict(value_types), index)
-        work = [(first, (kernel, signature))
-                for first, kernel, signature in self._work(index, predicted)]
-        del predicted
-        if not work:
-            return None
+        work = [(first, (kernel, signature)) for first, kernel, signature in work]
         with warnings.catch_warnings():
             # Python warns of a fork from a process with other OS threads. Those here are
             # native pools (BLAS) that take no lock of ours; a Python thread stops us above.
@@ -231,23 +228,22 @@ class CompileAhead:
         if self._will_compile(kernel):
             self._serve(kernel, signature)
 
-    def _spawn(self, index: int, value_types: dict, position: int,
-               announce: int) -> Callable | None:
-        """Spawn the helper: a new interpreter (:mod:`.spawned_helper`), given this process's
-        settings and, for each op kernel to compile, its key digest, its node on inputs
-        of its own (:func:`standalone`) and the predicted signature. It compiles
-        once its imports are done (seconds), so it helps long compiles only."""
+    def _spawn(self, work: list, position: int, announce: int) -> Callable | None:
+        """Spawn the helper for `work` (:meth:`_work`): a new interpreter
+        (:mod:`.spawned_helper`), given this process's settings and, for each op kernel
+        to compile, its key digest, its node on inputs of its own (:func:`standalone`)
+        and the predicted signature. It compiles once its imports are done (seconds),
+        so it helps long compiles only."""
         import cloudpickle
         from pytensor import config
 
-        predicted = predict(self._steps, self._outputs, value_types, index)
-        work = []
-        for first, kernel, signature in self._work(index, predicted):
+        pickled = []
+        for first, kernel, signature in work:
             node = self._outputs[kernel][0].owner if self._outputs[kernel] else None
             with contextlib.suppress(Exception):  # what does not pickle, the typing compiles
-                work.append((first, (self._key_of(kernel),
-                                     cloudpickle.dumps((standalone(node), signature)))))
-        if not work:
+                pickled.append((first, (self._key_of(kernel),
+                                        cloudpickle.dumps((standalone(node), signature)))))
+        if not pickled:
             return None
         payload = tempfile.TemporaryFile()  # noqa: SIM115 (the child's input)
         with payload:
@@ -256,7 +252,7 @@ class CompileAhead:
             # The PyTensor flags of the fingerprint too: a notebook may set them in Python.
             flags = {flag: getattr(config, flag) for flag in PYTENSOR_FLAGS}
             pickle.dump((sys.path, cloudpickle.dumps({"settings": self._settings, "flags": flags,
-                                                      "work": work})), payload)
+                                                      "work": pickled})), payload)
             payload.seek(0)
             process = subprocess.Popen(
                 [sys.executable, "-c", _SPAWNED_MAIN, str(position), str(announce),
