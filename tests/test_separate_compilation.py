@@ -44,7 +44,11 @@ with count_numba_compiles() as compiles:
     values = function(*point)
 # The graph kernel's code, when this process compiled it: was it optimised as glue?
 kernels = [compiled for kernel in graph_kernels for compiled in kernel.dispatcher.overloads.values()]
+from numba_cache._compat.numba_internals import linked_libraries
 print(json.dumps({{
+    # The code libraries linked into it: (class, linking module parsed).
+    "linked": sorted({{(type(library).__name__, getattr(library, "linking_module_parsed", None))
+                      for kernel in kernels for library in linked_libraries(kernel.library)}}),
     "light": [getattr(kernel.library, "optimised_lightly", None) for kernel in kernels],
     "lean": [glue.GlueCompiler.lean_compiles, glue.GlueCompiler.full_refreshes],
     # Only numba's full refresh (CPUContext.load_additional_registries) imports it.
@@ -125,6 +129,10 @@ def test_linked_op_kernels_are_a_setting_and_a_key_of_their_own():
     assert linked["stats"]["graph.miss"] == 1 and linked["stats"].get("op.miss", 0) == 0
     assert linked["stats"].get("links:unmet", 0) == 0
     assert linked["light"] == [False]  # linked code is optimised as numba does
+    # The op kernels came from the store without their linking modules (kernels/
+    # stored_library.py), which were parsed when this compile linked them in.
+    assert ["StoredLibrary", True] in linked["linked"]
+    assert ["StoredLibrary", False] not in linked["linked"]
     assert_like_numba(linked, by_symbol)
     assert compile_graph("B", env={"NBCACHE_LINK_OPS": "1"})["stats"]["graph.hit"] == 1
 

@@ -15,11 +15,46 @@ def reduce_compile_result(cres) -> tuple:
     return cres._reduce()
 
 
-def rebuild_compile_result(target_context, reduced: tuple):
-    """A compile result from :func:`reduce_compile_result`'s data (``CompileResult._rebuild``)."""
+def rebuild_compile_result(target_context, reduced: tuple, load_library=None):
+    """A compile result from :func:`reduce_compile_result`'s data (``CompileResult._rebuild``).
+
+    `load_library(codegen, library_state)`, if given, loads its code library in place of
+    numba's ``unserialize_library``; the rest is ``_rebuild``'s own steps.
+    """
     from numba.core.compiler import CompileResult
 
-    return CompileResult._rebuild(target_context, *reduced)
+    if load_library is None:
+        return CompileResult._rebuild(target_context, *reduced)
+    (library_state, fndesc, environment, signature, objectmode, lifted, typeann, reload_init,
+     referenced_envs) = reduced
+    for function in reload_init or ():
+        function()
+    library = load_library(target_context.codegen(), library_state)
+    compiled = CompileResult(
+        target_context=target_context, typing_context=target_context.typing_context,
+        library=library, environment=environment,
+        entry_point=target_context.get_executable(library, fndesc, environment),
+        fndesc=fndesc, type_annotation=typeann, signature=signature, objectmode=objectmode,
+        lifted=lifted, typing_error=None, call_helper=None, metadata=None,
+        reload_init=reload_init, referenced_envs=referenced_envs)
+    for referenced in referenced_envs:
+        library.codegen.set_env(referenced.env_name, referenced)
+    return compiled
+
+
+def module_for_linking(library):
+    """The module a compile links `library` in from (``CPUCodeLibrary._get_module_for_linking``)."""
+    return library._get_module_for_linking()
+
+
+def load_object_code(library, object_code: bytes, symbols) -> None:
+    """Load stored `object_code` as the code of the new `library`, which defines `symbols`,
+    as ``CPUCodeLibrary._unserialize`` does but for parsing the module kept for linking
+    (``_set_compiled_object``, ``_finalize_final_module``, ``JitEngine._defined_symbols``)."""
+    library.enable_object_caching()
+    library._set_compiled_object(object_code)
+    library._finalize_final_module()
+    library.codegen._engine._defined_symbols.update(symbols)
 
 
 def dispatcher_cache(dispatcher):

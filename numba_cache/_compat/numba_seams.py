@@ -91,6 +91,43 @@ def dispatcher_cache() -> None:
     require({"load_overload", "save_overload"} <= abstract, "caching._Cache changed its methods")
 
 
+@seam("CPUCodeLibrary._unserialize steps, _get_module_for_linking, JitEngine._defined_symbols",
+      "numba", WRITTEN_FOR, "kernels/stored_library.py, _compat/numba_internals.py")
+def stored_libraries() -> None:
+    """A kernel loaded as a StoredLibrary (the self-test calls one) registers the symbols
+    numba's loader would, and hands its linking module to whatever links it."""
+    import numba
+    from numba.core import codegen, compiler
+
+    from numba_cache._compat import numba_internals
+    from numba_cache.kernels import stored_library
+
+    loader = inspect.getsource(codegen.CPUCodeLibrary._unserialize)
+    steps = ("self.enable_object_caching()", "self._set_compiled_object(object_code)",
+             "self._finalize_final_module()", "_load_defined_symbols(self._shared_module)")
+    missing = [step for step in steps if step not in loader]
+    require(not missing, f"numba loads object code otherwise (not found: {missing})")
+    rebuild = inspect.getsource(compiler.CompileResult._rebuild)
+    require("target_context.get_executable(library, fndesc, env)" in rebuild
+            and "library.codegen.set_env(env.env_name, env)" in rebuild,
+            "CompileResult._rebuild no longer rebuilds as rebuild_compile_result repeats it")
+    require("library._get_module_for_linking()" in inspect.getsource(codegen.CPUCodeLibrary.finalize),
+            "numba no longer links a library in through _get_module_for_linking")
+
+    probe = numba.njit(cache=False)(lambda x: x * 2.0)
+    probe.compile((numba.float64,))
+    compiled = probe.overloads[(numba.float64,)]
+    symbols = stored_library.defined_symbols(compiled.library)
+    state = numba_internals.reduce_compile_result(compiled)[0]
+    library = stored_library.load(compiled.library.codegen, state, symbols)
+    require(not library.linking_module_parsed, "loading parsed the linking module")
+    require(library.get_pointer_to_function(compiled.fndesc.llvm_cpython_wrapper_name) != 0,
+            "the loaded library's symbols are not registered with numba's engine")
+    linking = numba_internals.module_for_linking(library)
+    require(linking.get_function(compiled.fndesc.mangled_name) is not None,
+            "the linking module parsed on demand lacks the kernel's function")
+
+
 @seam("ObjModeLiftedWith._memo/_uuid", "numba", WRITTEN_FOR, "kernels/blocks.py")
 def objmode_blocks() -> None:
     import numba

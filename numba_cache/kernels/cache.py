@@ -25,7 +25,8 @@ from collections.abc import Callable
 from numba.core.caching import _Cache
 
 from numba_cache.kernels import blocks as object_mode_blocks
-from numba_cache.kernels import collisions, compile_ahead, op_links, replay, report, runtime
+from numba_cache.kernels import (collisions, compile_ahead, op_links, replay, report, runtime,
+                                 stored_library)
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.store import Entry
@@ -282,6 +283,8 @@ class KernelCache(_Cache):
         try:
             blobs[overload_blob_name(sig)] = dump_compile_result(
                 cres, keep_environment=self._object_mode)
+            blobs[stored_library.symbols_blob_name(sig)] = stored_library.defined_symbols(
+                cres.library)
         except Exception as exc:
             verdict = Uncacheable("unserializable", f"numba could not serialize it: {exc!r}")
             report.uncacheable(self._context, self._key, verdict)
@@ -329,7 +332,8 @@ def rebuild(context, entry: Entry, sig, target_context):
     try:
         object_mode_blocks.note_blocks(
             object_mode_blocks.named_blocks(entry.blobs.get(BLOCKS_BLOB, b"").decode()))
-        return load_compile_result(payload, target_context)
+        return load_compile_result(payload, target_context,
+                                   entry.blobs.get(stored_library.symbols_blob_name(sig)))
     except Exception as exc:  # any failure to rebuild means the entry is unusable
         report.remove_corrupt(context, entry.key, f"entry {entry.key[:12]} ({entry.summary}), "
                               f"its kernel could not be loaded: {exc!r}; recompiling",

@@ -4,8 +4,8 @@ Before a process runs its first kernel, numba initialises its runtime, which
 compiles a small LLVM module of reference-counting and allocation functions:
 about 20 ms, as long as loading 15 op kernels, in every warm process. The
 library is the same for every process of a fingerprint, so it is stored once as
-a ``runtime`` entry (its object code and linking bitcode, as a kernel's) and
-loaded from then on.
+a ``runtime`` entry (its object code, linking bitcode and defined symbols, as a
+kernel's, see :mod:`.stored_library`) and loaded from then on.
 
 It is initialised at a process's first kernel lookup, or before the self-test
 of a new fingerprint compiles anything. A runtime entry that cannot be loaded
@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from numba_cache import versions
 from numba_cache._compat import numba_internals
-from numba_cache.kernels import report
+from numba_cache.kernels import report, stored_library
 from numba_cache.keys.key import Key
 from numba_cache.logs import logger
 from numba_cache.store import Entry
 
 OBJECT_BLOB = "object"
 BITCODE_BLOB = "bitcode"
+SYMBOLS_BLOB = "symbols"
 _LIBRARY_NAME = "nrt"
 
 
@@ -72,7 +73,10 @@ def _load(context, key: Key, target_context):
         return None
     try:
         state = (_LIBRARY_NAME, "object", (entry.blobs[OBJECT_BLOB], entry.blobs[BITCODE_BLOB]))
-        return target_context.codegen().unserialize_library(state)
+        symbols = entry.blobs.get(SYMBOLS_BLOB)
+        if symbols is None:
+            return target_context.codegen().unserialize_library(state)
+        return stored_library.load(target_context.codegen(), state, symbols)
     except Exception as exc:  # any failure to load means the entry is unusable
         report.remove_corrupt(context, key.digest, f"the stored runtime functions {key.short}: "
                               f"they could not be loaded: {exc!r}; compiling them", stacklevel=4)
@@ -84,6 +88,7 @@ def store(context, library) -> None:
     key = runtime_key(context.fingerprint)
     try:
         _, _, (object_code, bitcode) = library.serialize_using_object_code()
+        symbols = stored_library.defined_symbols(library)
     except Exception as exc:  # storing is an optimisation: never a failed initialisation
         logger.info("numba_cache does not store numba's runtime functions: %r", exc)
         return
@@ -93,5 +98,5 @@ def store(context, library) -> None:
         kind=key.kind,
         summary=key.summary,
         components=dict(key.components),
-        blobs={OBJECT_BLOB: object_code, BITCODE_BLOB: bitcode},
+        blobs={OBJECT_BLOB: object_code, BITCODE_BLOB: bitcode, SYMBOLS_BLOB: symbols},
     ), source=None)

@@ -39,6 +39,7 @@ from numba.core.runtime import rtsys
 
 from numba_cache._compat import numba_internals
 from numba_cache.codegen import generated
+from numba_cache.kernels import stored_library
 
 
 class _KernelPickler(serialize.NumbaPickler):
@@ -60,9 +61,15 @@ def dump_compile_result(cres, keep_environment: bool = False) -> bytes:
         return buffer.getvalue()
 
 
-def load_compile_result(payload: bytes, target_context) -> CompileResult:
+def load_compile_result(payload: bytes, target_context, symbols: bytes | None = None
+                        ) -> CompileResult:
+    """The compile result `payload` holds; with the `symbols` its code defines
+    (:func:`.stored_library.defined_symbols`), its linking module is parsed only if linked."""
     rtsys.initialize(target_context)
-    return numba_internals.rebuild_compile_result(target_context, serialize.loads(payload))
+    load_library = None if symbols is None else (
+        lambda codegen, state: stored_library.load(codegen, state, symbols))
+    return numba_internals.rebuild_compile_result(
+        target_context, serialize.loads(payload), load_library)
 
 
 def self_test() -> None:
@@ -85,7 +92,8 @@ def self_test() -> None:
     values = np.arange(4.0)
     expected = probe(values)
     cres = probe.overloads[probe.signatures[0]]
-    rebuilt = load_compile_result(dump_compile_result(cres), probe.targetctx)
+    rebuilt = load_compile_result(dump_compile_result(cres), probe.targetctx,
+                                  stored_library.defined_symbols(cres.library))
     result = rebuilt.entry_point(values)
     if not np.array_equal(result, expected):
         raise RuntimeError(f"rebuilt kernel returned {result}, expected {expected}")
