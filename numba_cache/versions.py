@@ -31,7 +31,10 @@ CODEGEN = 6
 #: (``codegen/lifted_constants.py``).
 #: 3: the lifted constants are read from packs passed as arguments, and the key
 #: describes them by type and position: version 2 bodies embed their values.
-GRAPH_BODY = 3
+#: 4: the one-element constants nodes read are passed in packs too
+#: (``codegen/sources.py``), and graph kernels are also stored by their code
+#: (``keys/kernels.py``: ``graph_code_key``), their IR digested without their name.
+GRAPH_BODY = 4
 
 #: The stored form of a rewritten graph, or what rewriting produces; part of every rewrite key.
 #: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with
@@ -45,7 +48,9 @@ GRAPH_BODY = 3
 #: (``codegen/lifted_constants.py``): version 5 digests no longer match.
 #: 7: the kernel source passes lifted constants in packs, and graph kernel keys
 #: describe them by type (version 6 entries hold the keys by value).
-REWRITE_CACHE = 7
+#: 8: the kernel source passes one-element node inputs in packs (graph body 4):
+#: version 7 entries hold the digests of sources that embed them.
+REWRITE_CACHE = 8
 
 #: The on-disk record of one entry (``store/record.py``), in its magic ``NBCACHE<n>``;
 #: version 2 records (every blob raw) are still read.

@@ -44,15 +44,17 @@ def test_second_process_loads_everything_and_compiles_nothing(tmp_path, private_
 
 
 def test_a_variant_graph_reuses_the_kernels_of_its_known_ops(private_store):
-    """A dataset of other sizes: a new graph kernel, yet op kernels are hits (level 2),
+    """A dataset of other sizes: another graph key, yet op kernels are hits (level 2),
     the fused ones holding the constants the sizes changed included
-    (tests/test_lifted_constants.py)."""
+    (tests/test_lifted_constants.py), and so is its graph function, found by its code
+    (the sizes reach it in a pack): nothing is compiled."""
     run_python(COMPILE_RADON)
     variant = run_python(COMPILE_RADON.replace(
         "radon_model()", "radon_model(groups=12, observations=150)"))
     stats = variant["stats"]
-    assert stats["graph.miss"] == 1
+    assert "graph.miss" not in stats and stats["graph_by_code.hit"] == 1
     assert stats.get("op.miss", 0) == 0 and stats["op.hit"] > 10
+    assert variant["compiles"] == 0
 
 
 BUILTIN_NUMBA = """

@@ -2,9 +2,16 @@
 
 Names in generated code are positional (``i0`` for input 0, ``v3_1`` for output
 1 of node 3, ``c2`` for constant 2, ``l3_0`` for the first constant lifted out of
-node 3's kernel, ``p0`` for a pack of lifted constants, ``k3`` for the kernel of
-node 3), so the source depends only on the graph's structure, never on variable
-names or ids.
+node 3's kernel, ``a3_1`` for node 3's input 1 passed in a pack, ``p0`` for a pack
+of such constants, ``k3`` for the kernel of node 3), so the source depends only on
+the graph's structure, never on variable names or ids.
+
+Constants of one element that a node reads as inputs (a length, an axis, a
+scalar parameter) are passed in packs too, not embedded: an op kernel takes them
+as arguments either way, so its code is the same, and a graph function then
+serves every value of them. The same model on a dataset of other sizes (the
+lengths of ``Alloc``, of a ``Scan``) is then the same graph function
+(:func:`numba_cache.keys.kernels.graph_code_key`).
 """
 
 from __future__ import annotations
@@ -63,8 +70,9 @@ class KernelNode:
 
 @dataclass(frozen=True)
 class Pack:
-    """The constants lifted out of fused kernels (:mod:`.lifted_constants`) of one dtype,
-    passed to the graph function as one array argument, `name`, in the order of `members`."""
+    """The constants lifted out of fused kernels (:mod:`.lifted_constants`) or passed to
+    nodes (:func:`passed_in_pack`) of one dtype, passed to the graph function as one array
+    argument, `name`, in the order of `members`."""
 
     name: str
     dtype: str
@@ -85,9 +93,10 @@ class GraphSource:
     `kernels` maps global names to the :class:`KernelNode` each op kernel computes;
     `constants` maps global names to constants frozen into the kernel;
     `hidden` lists the constants passed as trailing arguments ``h0, h1, ...``;
-    `lifted` maps names to the constants lifted out of fused kernels, which are
-    passed after those in the `packs` (:meth:`pack_values`), one value per step
-    reading it: the graph kernel serves every value of them.
+    `lifted` maps names to the constants lifted out of fused kernels and the
+    one-element constants nodes read (:func:`passed_in_pack`), which are passed
+    after those in the `packs` (:meth:`pack_values`), one value per step reading
+    it: the graph kernel serves every value of them.
     """
 
     function_name: str
@@ -157,7 +166,14 @@ def graph_source(fgraph, function_name: str, hidden: list, order: list) -> Graph
         trailing = trailing_constants(node)
         lifted_names = [f"l{index}_{position}" for position in range(len(trailing))]
         lifted.update(zip(lifted_names, trailing, strict=True))
-        inputs = (*(name_of(variable) for variable in node.inputs), *lifted_names)
+        node_inputs = []
+        for position, variable in enumerate(node.inputs):
+            if passed_in_pack(variable):
+                node_inputs.append(f"a{index}_{position}")
+                lifted[node_inputs[-1]] = variable
+            else:
+                node_inputs.append(name_of(variable))
+        inputs = (*node_inputs, *lifted_names)
         outputs = []
         for position, output in enumerate(node.outputs):
             names[output] = f"v{index}_{position}"
@@ -184,6 +200,25 @@ def graph_source(fgraph, function_name: str, hidden: list, order: list) -> Graph
     source = f"def {function_name}({', '.join(parameters)}):\n{body}\n"
     return GraphSource(function_name, source, kernels, constants, list(hidden), steps,
                        arguments, embedded, returned, lifted, packs)
+
+
+#: The dtypes of constants passed in packs: the ones a pack array holds as the
+#: graph body reads them (:mod:`numba_cache.kernels.graph_body`).
+PACKED_DTYPES = frozenset(("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                           "uint64", "float32", "float64"))
+
+
+def passed_in_pack(variable) -> bool:
+    """Whether the graph function passes `variable`, a node's input, in a pack: a
+    tensor or scalar constant of one element, of a :data:`PACKED_DTYPES` dtype."""
+    from pytensor.scalar import ScalarType
+    from pytensor.tensor import TensorType
+
+    if not isinstance(variable, Constant) or not isinstance(variable.type,
+                                                             TensorType | ScalarType):
+        return False
+    data = np.asarray(variable.data)
+    return data.size == 1 and str(data.dtype) in PACKED_DTYPES
 
 
 def _packs(lifted: dict) -> list[Pack]:

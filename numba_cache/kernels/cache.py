@@ -48,13 +48,21 @@ class KernelCache(_Cache):
     of an object-mode block (see :mod:`.objmode`), stored with its environment.
     `op_calls` is filled, while a graph kernel compiles, with the op kernels it calls
     by symbol (:mod:`.op_links`); they are stored with it and loaded before it.
+    `function_name` is a graph kernel's generated function's: its IR is digested
+    without it (:func:`.collisions.ir_digest`).
+
+    A graph kernel may also be known by its code (:meth:`also_by_code`, once its ops
+    are converted): a miss of its own key is then looked up by that key, whose entry
+    another graph of the same code stored, and what it compiles is stored under both.
     """
 
     def __init__(self, context, key, source: str | None, prepare: Callable | None = None,
                  verdict: Uncacheable | None = None, object_mode: bool = False,
-                 op_calls: list | None = None):
+                 op_calls: list | None = None, function_name: str | None = None):
         self._context = context
         self._op_calls = op_calls
+        self._function_name = function_name
+        self._code_key = None
         self._object_mode = object_mode
         self._key = key
         self._source = source
@@ -87,6 +95,10 @@ class KernelCache(_Cache):
     @property
     def cache_path(self):
         return str(self._context.store.root)
+
+    def also_by_code(self, code_key) -> None:
+        """Look a miss up, and store what is compiled, under `code_key` too (or not, if None)."""
+        self._code_key = code_key
 
     def enable(self):
         pass
@@ -141,8 +153,14 @@ class KernelCache(_Cache):
             # Another process may have compiled it while we waited for the lock.
             entry = self._context.store.load(fingerprint, self._key.digest)
             cres = self._load_from(entry, sig, target_context)
+        by_code = False
+        if cres is None and self._code_key is not None and self._verdict is None:
+            entry = self._context.store.load(fingerprint, self._code_key.digest)
+            cres = self._load_by_code(entry, sig, target_context)
+            by_code = cres is not None
         if cres is not None:
-            self._report_hit(sig)
+            if not by_code:
+                self._report_hit(sig)
             if self._key.kind == "op":  # the code graph kernels call, even if verified below
                 op_links.note(self._key.digest, sig, cres, from_store=True)
             if self._context.settings.verify_hits and collisions.sampled(self._context.settings):
@@ -157,6 +175,22 @@ class KernelCache(_Cache):
             report.lookup(self._context, self._key, "miss")
         self._run_prepare()
         return None
+
+    def _load_by_code(self, entry: Entry | None, sig, target_context):
+        """The kernel stored under this graph's code key (`entry`), or None; on a hit it
+        is stored under the graph key too, for processes that will not convert its ops."""
+        if entry is None or not entry.cacheable or op_links.blob_name(sig) not in entry.blobs:
+            return None
+        cres = self._met_and_rebuilt(entry, sig, target_context)
+        if cres is None:
+            return None
+        report.record(self._context, "graph_by_code.hit")
+        report.lookup(self._context, self._code_key, "hit")
+        existing = self._entry
+        blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
+        blobs.update(_overload_blobs(entry.blobs, sig))
+        self._save(cacheable=True, verdict=None, blobs=blobs)
+        return cres
 
     def _report_hit(self, sig) -> None:
         """Count a load from the store: a hit, or the miss it is when a helper of this
@@ -209,6 +243,11 @@ class KernelCache(_Cache):
             self._verdict_is_stored = True
             self._verdict_from_prepare = False
             return None
+        return self._met_and_rebuilt(entry, sig, target_context)
+
+    def _met_and_rebuilt(self, entry: Entry, sig, target_context):
+        """The kernel of a cacheable `entry` for `sig`, once the op kernels it calls are
+        loaded (:mod:`.op_links`); None if they cannot all be."""
         links = entry.blobs.get(op_links.blob_name(sig))
         if links is not None:
             unmet = op_links.meet(self._context, links, target_context, self._load_op)
@@ -258,7 +297,8 @@ class KernelCache(_Cache):
         served = self._verifying.pop(sig, None)
         if served is not None:
             llvm_ir = cres.library.get_llvm_str()
-            if collisions.served_code_matches(self._context, self._key, served, sig, llvm_ir):
+            if collisions.served_code_matches(self._context, self._key, served, sig, llvm_ir,
+                                              self._function_name):
                 return
             self._entry = None  # removed: none of its overloads may be kept
             if self._key.kind == "op":
@@ -275,7 +315,8 @@ class KernelCache(_Cache):
             return
         existing = self._entry
         blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
-        blobs[collisions.ir_blob_name(sig)] = collisions.ir_digest(llvm_ir).encode()
+        blobs[collisions.ir_blob_name(sig)] = collisions.ir_digest(
+            llvm_ir, self._function_name).encode()
         blocks = [] if self._object_mode else object_mode_blocks.named_blocks(
             llvm_ir, blobs.get(BLOCKS_BLOB, b"").decode())
         # A large graph's IR text is megabytes: let it go before the payload is made.
@@ -298,10 +339,27 @@ class KernelCache(_Cache):
         if blocks:
             blobs[BLOCKS_BLOB] = "\n".join(blocks).encode()
         self._save(cacheable=True, verdict=None, blobs=blobs)
+        if self._code_key is not None:
+            self._save_by_code(sig, blobs)
         for dispatcher, signature, compiled in object_mode_blocks.compiled_here_unstored(blocks):
             block_key = object_mode_blocks.block_key(self._context, dispatcher, signature)
             KernelCache(self._context, block_key, source=None, object_mode=True).save_overload(
                 signature, compiled)
+
+    def _save_by_code(self, sig, blobs: dict) -> None:
+        """Store the graph kernel just compiled for `sig` under its code key too."""
+        key = self._code_key
+        fingerprint = self._context.fingerprint.digest
+        try:
+            existing = self._context.store.read(fingerprint, key.digest)
+        except Exception:  # an unreadable entry is replaced
+            existing = None
+        code_blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
+        code_blobs.update(_overload_blobs(blobs, sig))
+        self._context.store.save(Entry(
+            key=key.digest, fingerprint=fingerprint, kind=key.kind, summary=key.summary,
+            components=dict(key.components), created=time.time(), blobs=code_blobs,
+        ), source=self._source)
 
     def _save(self, cacheable: bool, verdict: Uncacheable | None, blobs: dict):
         components = dict(self._key.components)
@@ -321,6 +379,14 @@ class KernelCache(_Cache):
             blobs=blobs,
         )
         self._context.store.save(entry, source=self._source)
+
+
+def _overload_blobs(blobs: dict, sig) -> dict:
+    """The blobs of one signature's overload among a kernel entry's `blobs`, with the
+    object-mode blocks it names."""
+    names = (overload_blob_name(sig), stored_library.symbols_blob_name(sig),
+             op_links.blob_name(sig), collisions.ir_blob_name(sig), BLOCKS_BLOB)
+    return {name: blobs[name] for name in names if name in blobs}
 
 
 def rebuild(context, entry: Entry, sig, target_context):

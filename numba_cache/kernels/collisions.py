@@ -37,23 +37,37 @@ _LENGTH_TAG = re.compile(r"B(\d+)")
 _ENVIRONMENT_STRING = re.compile(r'\[\d+ x i8\] c"missing Environment: ')
 
 
-def normalized_ir(llvm_ir: str) -> str:
-    """`llvm_ir` with numba's unique ids and ABI tags replaced by placeholders."""
-    return "".join(_normalized_pieces(llvm_ir))
+#: What a graph function's own name becomes in a digest (:func:`ir_digest`).
+_FUNCTION_NAME = "graph_function"
+_GRAPH_FUNCTION_NAME = re.compile(r"graph_[0-9a-f]+")
 
 
-def ir_digest(llvm_ir: str) -> str:
+def normalized_ir(llvm_ir: str, function_name: str | None = None) -> str:
+    """`llvm_ir` with numba's unique ids and ABI tags replaced by placeholders, and
+    `function_name` (a graph function's, see :func:`ir_digest`) too."""
+    return "".join(_normalized_pieces(llvm_ir, function_name))
+
+
+def ir_digest(llvm_ir: str, function_name: str | None = None) -> str:
     """The sha256 of :func:`normalized_ir`, hashed piece by piece: a large graph's IR is
-    megabytes, and the compile's peak memory is reached while it is stored."""
+    megabytes, and the compile's peak memory is reached while it is stored.
+
+    A graph function's name is its graph key's (``graph_<digest>``), and two graphs
+    of one code share their compiled function (:func:`numba_cache.keys.kernels.graph_code_key`),
+    so graph kernels are digested with `function_name` normalized too.
+    """
     digest = hashlib.sha256()
-    for piece in _normalized_pieces(llvm_ir):
+    for piece in _normalized_pieces(llvm_ir, function_name):
         digest.update(piece.encode())
     return digest.hexdigest()
 
 
-def _normalized_pieces(llvm_ir: str) -> Iterator[str]:
-    """:func:`normalized_ir` in pieces. The environment-string pattern holds neither "B"
-    nor "_", so no match spans a placeholder: replacing it piece by piece is the same."""
+def _normalized_pieces(llvm_ir: str, function_name: str | None = None) -> Iterator[str]:
+    """:func:`normalized_ir` in pieces. Neither the environment-string pattern nor a
+    graph function's name holds "B", so no match spans a placeholder: replacing them
+    piece by piece is the same."""
+    if function_name is not None and not _GRAPH_FUNCTION_NAME.fullmatch(function_name):
+        raise ValueError(f"{function_name!r} is not a graph function's name")
     position = 0
     for match in _UNIQUE_ID.finditer(llvm_ir):
         if match.start() < position:
@@ -62,14 +76,15 @@ def _normalized_pieces(llvm_ir: str) -> Iterator[str]:
         tag = _LENGTH_TAG.match(llvm_ir, end)
         if not llvm_ir[match.end():end].isdigit() or tag is None:
             continue  # not a numba-mangled name
-        yield _without_environment_names(llvm_ir[position:match.start()])
+        yield _without_names(llvm_ir[position:match.start()], function_name)
         yield "B_v_B_"
         position = tag.end() + int(tag.group(1))
-    yield _without_environment_names(llvm_ir[position:])
+    yield _without_names(llvm_ir[position:], function_name)
 
 
-def _without_environment_names(text: str) -> str:
-    return _ENVIRONMENT_STRING.sub('[_ x i8] c"missing Environment: ', text)
+def _without_names(text: str, function_name: str | None) -> str:
+    text = _ENVIRONMENT_STRING.sub('[_ x i8] c"missing Environment: ', text)
+    return text if function_name is None else text.replace(function_name, _FUNCTION_NAME)
 
 
 def ir_blob_name(signature) -> str:
@@ -103,8 +118,10 @@ def sampled(settings) -> bool:
     return False
 
 
-def served_code_matches(context, key, served, signature, llvm_ir: str) -> bool:
-    """Whether the entry `served` under `key` holds the code compiled now (`llvm_ir`).
+def served_code_matches(context, key, served, signature, llvm_ir: str,
+                        function_name: str | None = None) -> bool:
+    """Whether the entry `served` under `key` holds the code compiled now (`llvm_ir`, of
+    the graph function `function_name`, if a graph kernel's).
 
     On a mismatch the entry is removed, counted as ``collision`` and warned about.
     """
@@ -112,7 +129,9 @@ def served_code_matches(context, key, served, signature, llvm_ir: str) -> bool:
     if recorded is None:  # written by a numba_cache that recorded no IR: nothing to compare
         report.record(context, "verify.unrecorded")
         return True
-    if recorded.decode() == ir_digest(llvm_ir):
+    # Graph entries written before graph functions were digested without their names
+    # hold the digest of the IR as it is.
+    if recorded.decode() in {ir_digest(llvm_ir, function_name), ir_digest(llvm_ir)}:
         report.record(context, "verify.same")
         return True
     made_under = Key.from_components(served.kind, served.summary, served.components)

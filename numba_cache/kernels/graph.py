@@ -33,7 +33,7 @@ from numba_cache.kernels.graph_body import graph_body
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
-from numba_cache.keys.kernels import BY_SYMBOL, graph_kernel_key, op_calls_setting
+from numba_cache.keys.kernels import BY_SYMBOL, graph_code_key, graph_kernel_key, op_calls_setting
 from numba_cache.keys.order import execution_order
 
 
@@ -115,10 +115,11 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
                 "contains-uncacheable",
                 "it links uncacheable op kernels: " + ", ".join(uncacheable_ops[:5]),
             )
+        cache.also_by_code(_code_key(key, generated, op_calls, steps, kernel_keys))
         return None
 
     cache = KernelCache(context, key, generated.source, prepare=prepare, verdict=verdict,
-                        op_calls=called_by_symbol)
+                        op_calls=called_by_symbol, function_name=name)
     dispatcher = cached_dispatcher(
         function, cache, called_from_python=True, fastmath=config.numba__fastmath,
         pipeline_class=GlueCompiler,
@@ -144,6 +145,20 @@ def _computed(kernel_node, step):
     if computed is None:
         return node, replace(step, inputs=step.inputs[:len(node.inputs)]), False
     return computed, step, True
+
+
+def _code_key(key, generated, op_calls: str, steps: list, kernel_keys: dict):
+    """The graph kernel's key by its code (:func:`graph_code_key`), or None: for a graph
+    that calls stored op kernels only, by symbol, as its source says."""
+    if op_calls != BY_SYMBOL or steps != generated.steps:
+        return None
+    if any(step.kernel not in kernel_keys for step in steps):
+        return None
+    try:
+        return graph_code_key(key, generated, [kernel_keys[step.kernel] for step in steps])
+    except Exception as exc:  # keying never fails a compile: the graph key alone serves it
+        report.logger.debug("graph %s has no code key: %r", key.short, exc)
+        return None
 
 
 def _server(dispatcher, context, op_calls: str, called: list):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from numba_cache import versions
 from numba_cache.keys.canonical import digest, qualified_name
 from numba_cache.keys.graph import (
+    constant_digest,
     describe_graph,
     describe_op,
     describe_type,
@@ -63,6 +64,33 @@ def graph_kernel_key(fgraph, fingerprint, order=None, op_calls: str = BY_SYMBOL)
             "inputs": description.inputs,
             "outputs": description.outputs,
             "nodes": description.nodes,
+        },
+    )
+
+
+def graph_code_key(graph_key: Key, generated, op_kernel_keys: list[str]) -> Key:
+    """The key of a graph kernel by its code: what numba compiles, once its ops are converted.
+
+    A graph key describes the graph, static lengths included, so the same model on
+    data of other lengths is another graph key, though its graph function is the
+    same code: the same generated source (but for the function's name, which is
+    its graph key's), calling the same op kernels (`op_kernel_keys`, in the order of
+    `generated.steps`) with the same embedded constants. This key is made of those,
+    after the conversion that gives the op kernel keys; numba's types of the
+    arguments are the entry's signatures, as for every kernel.
+    """
+    source = generated.source.replace(generated.function_name, "graph_function", 1)
+    return Key.from_components(
+        "graph",
+        f"{graph_key.summary} (by code)",
+        {
+            **{name: graph_key.components[name]
+               for name in ("fingerprint", "codegen", "body", "op_calls")},
+            "by": "code",
+            "source": digest(source),
+            "op_kernels": list(op_kernel_keys),
+            "constants": {name: constant_digest(constant)
+                          for name, constant in sorted(generated.constants.items())},
         },
     )
 
