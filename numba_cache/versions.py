@@ -32,7 +32,7 @@ CODEGEN = 6
 #: 3: the lifted constants are read from packs passed as arguments, and the key
 #: describes them by type and position: version 2 bodies embed their values.
 #: 4: the one-element constants nodes read are passed in packs too
-#: (``codegen/sources.py``), and graph kernels are also stored by their code
+#: (``codegen/sources.py``), graph kernels are indexed by their code too
 #: (``keys/kernels.py``: ``graph_code_key``), their IR digested without their name.
 GRAPH_BODY = 4
 

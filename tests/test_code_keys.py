@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import store_states
 from helpers import run_python
 
 from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance
@@ -76,3 +77,23 @@ def test_a_constant_the_graph_function_embeds_is_its_code(tmp_path):
     assert other["values"] == alone["values"]
     assert "graph_by_code.hit" not in other["stats"] and other["stats"]["graph.miss"] == 1
     assert other["compiles"].count("graph") == 1
+
+
+def test_a_code_index_naming_an_entry_gone_or_a_damaged_index_is_a_miss(private_store):
+    """The code index (a side file per code key) names the graph kernel that holds the
+    code: if that entry is gone, or the index file is damaged, the graph compiles."""
+    compile_graph(5, [2.0])
+    [(fingerprint, key)] = store_states.entries_of(private_store, {"graph"})
+    [index_file] = (private_store / fingerprint / "by_code").iterdir()
+    assert index_file.read_text() == key
+    store_states.record_path(private_store, fingerprint, key).unlink()
+    gone = compile_graph(7, [2.0])
+    assert gone["stats"]["graph.miss"] == 1 and "graph_by_code.hit" not in gone["stats"]
+    assert gone["compiles"].count("graph") == 1 and [len(v) for v in gone["values"]] == [7, 8]
+    index_file.write_bytes(b"\x00garbage")
+    damaged = compile_graph(9, [2.0])
+    assert damaged["stats"]["graph.miss"] == 1 and "graph_by_code.hit" not in damaged["stats"]
+    assert [len(v) for v in damaged["values"]] == [9, 10]
+    assert index_file.read_text() != "\x00garbage"  # rewritten by the compile
+    served = compile_graph(11, [2.0])
+    assert served["stats"]["graph_by_code.hit"] == 1 and served["compiles"] == []

@@ -36,11 +36,9 @@ def compile_and_call(make_output):
 
 
 def graph_entries() -> dict:
-    """The graph kernels by graph key (not those stored by code, keys/kernels.py)."""
     context = current_context()
     return {entry.summary + entry.key: entry for entry in
-            context.store.entries(context.fingerprint.digest, kind="graph")
-            if not entry.summary.endswith("(by code)")}
+            context.store.entries(context.fingerprint.digest, kind="graph")}
 
 
 def plant_collision():

@@ -52,8 +52,8 @@ class KernelCache(_Cache):
     without it (:func:`.collisions.ir_digest`).
 
     A graph kernel may also be known by its code (:meth:`also_by_code`, once its ops
-    are converted): a miss of its own key is then looked up by that key, whose entry
-    another graph of the same code stored, and what it compiles is stored under both.
+    are converted): the store's code index names the graph kernel last stored with
+    that code, which serves a miss of this graph's own key (and is stored under it).
     """
 
     def __init__(self, context, key, source: str | None, prepare: Callable | None = None,
@@ -97,7 +97,7 @@ class KernelCache(_Cache):
         return str(self._context.store.root)
 
     def also_by_code(self, code_key) -> None:
-        """Look a miss up, and store what is compiled, under `code_key` too (or not, if None)."""
+        """Look a miss up, and index what is compiled, by `code_key` too (or not, if None)."""
         self._code_key = code_key
 
     def enable(self):
@@ -155,8 +155,7 @@ class KernelCache(_Cache):
             cres = self._load_from(entry, sig, target_context)
         by_code = False
         if cres is None and self._code_key is not None and self._verdict is None:
-            entry = self._context.store.load(fingerprint, self._code_key.digest)
-            cres = self._load_by_code(entry, sig, target_context)
+            entry, cres = self._load_by_code(sig, target_context)
             by_code = cres is not None
         if cres is not None:
             if not by_code:
@@ -176,21 +175,29 @@ class KernelCache(_Cache):
         self._run_prepare()
         return None
 
-    def _load_by_code(self, entry: Entry | None, sig, target_context):
-        """The kernel stored under this graph's code key (`entry`), or None; on a hit it
-        is stored under the graph key too, for processes that will not convert its ops."""
-        if entry is None or not entry.cacheable or op_links.blob_name(sig) not in entry.blobs:
-            return None
+    def _load_by_code(self, sig, target_context) -> tuple[Entry | None, object]:
+        """The entry of another graph kernel of this one's code, and its kernel for `sig`;
+        ``(None, None)`` if there is none. A hit is stored under this graph's key too,
+        for processes that will not convert its ops, and indexed by its code."""
+        store, fingerprint = self._context.store, self._context.fingerprint.digest
+        other = store.graph_of_code(fingerprint, self._code_key.digest)
+        if other is None or other == self._key.digest:
+            return None, None
+        entry = store.load(fingerprint, other)
+        if (entry is None or not entry.cacheable or entry.kind != "graph"
+                or overload_blob_name(sig) not in entry.blobs):
+            return None, None
         cres = self._met_and_rebuilt(entry, sig, target_context)
         if cres is None:
-            return None
+            return None, None
         report.record(self._context, "graph_by_code.hit")
-        report.lookup(self._context, self._code_key, "hit")
+        report.lookup(self._context, self._key, "hit")
         existing = self._entry
         blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
         blobs.update(_overload_blobs(entry.blobs, sig))
         self._save(cacheable=True, verdict=None, blobs=blobs)
-        return cres
+        store.record_graph_of_code(fingerprint, self._code_key.digest, self._key.digest)
+        return entry, cres
 
     def _report_hit(self, sig) -> None:
         """Count a load from the store: a hit, or the miss it is when a helper of this
@@ -340,26 +347,12 @@ class KernelCache(_Cache):
             blobs[BLOCKS_BLOB] = "\n".join(blocks).encode()
         self._save(cacheable=True, verdict=None, blobs=blobs)
         if self._code_key is not None:
-            self._save_by_code(sig, blobs)
+            self._context.store.record_graph_of_code(
+                self._context.fingerprint.digest, self._code_key.digest, self._key.digest)
         for dispatcher, signature, compiled in object_mode_blocks.compiled_here_unstored(blocks):
             block_key = object_mode_blocks.block_key(self._context, dispatcher, signature)
             KernelCache(self._context, block_key, source=None, object_mode=True).save_overload(
                 signature, compiled)
-
-    def _save_by_code(self, sig, blobs: dict) -> None:
-        """Store the graph kernel just compiled for `sig` under its code key too."""
-        key = self._code_key
-        fingerprint = self._context.fingerprint.digest
-        try:
-            existing = self._context.store.read(fingerprint, key.digest)
-        except Exception:  # an unreadable entry is replaced
-            existing = None
-        code_blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
-        code_blobs.update(_overload_blobs(blobs, sig))
-        self._context.store.save(Entry(
-            key=key.digest, fingerprint=fingerprint, kind=key.kind, summary=key.summary,
-            components=dict(key.components), created=time.time(), blobs=code_blobs,
-        ), source=self._source)
 
     def _save(self, cacheable: bool, verdict: Uncacheable | None, blobs: dict):
         components = dict(self._key.components)
@@ -383,7 +376,7 @@ class KernelCache(_Cache):
 
 def _overload_blobs(blobs: dict, sig) -> dict:
     """The blobs of one signature's overload among a kernel entry's `blobs`, with the
-    object-mode blocks it names."""
+    object-mode blocks it names (and, for lack of a way to tell, any other's)."""
     names = (overload_blob_name(sig), stored_library.symbols_blob_name(sig),
              op_links.blob_name(sig), collisions.ir_blob_name(sig), BLOCKS_BLOB)
     return {name: blobs[name] for name in names if name in blobs}

@@ -82,7 +82,7 @@ def graph_code_key(graph_key: Key, generated, op_kernel_keys: list[str]) -> Key:
     source = generated.source.replace(generated.function_name, "graph_function", 1)
     return Key.from_components(
         "graph",
-        f"{graph_key.summary} (by code)",
+        f"{graph_key.summary}, by its code",
         {
             **{name: graph_key.components[name]
                for name in ("fingerprint", "codegen", "body", "op_calls")},

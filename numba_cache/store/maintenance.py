@@ -206,6 +206,13 @@ class Maintenance:
     def record_completed_registry(self, fingerprint: str, partial: str, complete: str) -> None:
         self._side_files.record_completed_registry(fingerprint, partial, complete)
 
+    def graph_of_code(self, fingerprint: str, code: str) -> str | None:
+        """The graph kernel key last stored with code key `code` (:mod:`.side_files`)."""
+        return self._side_files.graph_of_code(fingerprint, code)
+
+    def record_graph_of_code(self, fingerprint: str, code: str, key: str) -> None:
+        self._side_files.record_graph_of_code(fingerprint, code, key)
+
     def source_path(self, fingerprint: str, key: str) -> Path:
         """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""
         check_address(fingerprint, key)

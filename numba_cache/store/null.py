@@ -61,6 +61,12 @@ class NullStore:
     def record_completed_registry(self, fingerprint: str, partial: str, complete: str) -> None:
         pass
 
+    def graph_of_code(self, fingerprint: str, code: str) -> str | None:
+        return None
+
+    def record_graph_of_code(self, fingerprint: str, code: str, key: str) -> None:
+        pass
+
 
 def open_store(settings: Settings) -> Store | NullStore:
     """The store of `settings`: a :class:`NullStore` when the cache is disabled."""

@@ -1,9 +1,12 @@
-"""Side files of a fingerprint's directory: what its digest stands for, and registry digests.
+"""Side files of a fingerprint's directory: what its digest stands for, registry digests,
+and which graph kernel holds a given code.
 
-Neither is needed to load a kernel: they explain a miss ("numba 0.68.0 became
-0.69.0") and save a rewrite-registry recomputation. So both are written
-atomically and silently (a failure costs time, never a result), and an
-unreadable or damaged file reads as unknown.
+None is needed to load a kernel: they explain a miss ("numba 0.68.0 became
+0.69.0"), save a rewrite-registry recomputation, or find a graph kernel another
+graph of the same code compiled (:func:`numba_cache.keys.kernels.graph_code_key`).
+So all are written atomically and silently (a failure costs time, never a
+result), and an unreadable or damaged file reads as unknown. The code index
+names an entry, which may have been evicted or damaged since: then it is a miss.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from .local import LocalBackend
 #: The components of a fingerprint, kept in its directory (see ``record_fingerprint``).
 FINGERPRINT_NAME = "fingerprint.json"
 REGISTRIES_NAME = "registries.json"
+#: The directory of the code index: one file per code key, holding a graph key.
+CODE_INDEX_NAME = "by_code"
 
 
 class SideFiles:
@@ -101,3 +106,24 @@ class SideFiles:
             partial: complete for partial, complete in known.items()
             if is_sha256_hex(partial) and isinstance(complete, str) and is_sha256_hex(complete)
         }
+
+    def graph_of_code(self, fingerprint: str, code: str) -> str | None:
+        """The key of the graph kernel last stored with the code key `code`, or None."""
+        check_name("fingerprint", fingerprint)
+        if not is_sha256_hex(code):
+            raise ValueError(f"code key must be a sha256 hex digest, got {code!r}")
+        try:
+            key = (self._root / fingerprint / CODE_INDEX_NAME / code).read_bytes().decode()
+        except (OSError, ValueError):
+            return None
+        return key if is_sha256_hex(key) else None
+
+    def record_graph_of_code(self, fingerprint: str, code: str, key: str) -> None:
+        """Remember that graph kernel `key` holds the code of code key `code`."""
+        check_name("fingerprint", fingerprint)
+        if not (is_sha256_hex(code) and is_sha256_hex(key)):
+            raise ValueError("code and graph keys must be sha256 hex digests")
+        if not self._writable() or self.graph_of_code(fingerprint, code) == key:
+            return
+        with contextlib.suppress(OSError):
+            self._backend.put_file(self._root / fingerprint / CODE_INDEX_NAME / code, key.encode())
