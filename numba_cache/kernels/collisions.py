@@ -131,7 +131,9 @@ def served_code_matches(context, key, served, signature, llvm_ir: str,
         return True
     # Graph entries written before graph functions were digested without their names
     # hold the digest of the IR as it is.
-    if recorded.decode() in {ir_digest(llvm_ir, function_name), ir_digest(llvm_ir)}:
+    recorded = recorded.decode()
+    if recorded == ir_digest(llvm_ir, function_name) or (
+            function_name is not None and recorded == ir_digest(llvm_ir)):
         report.record(context, "verify.same")
         return True
     made_under = Key.from_components(served.kind, served.summary, served.components)
