@@ -192,6 +192,12 @@ SETTINGS: tuple[Setting, ...] = (
             "them by symbol: a new graph made of stored op kernels then compiles them all "
             "again (see [Separate compilation](how-it-works.md#separate-compilation))",
             "1", "off"),
+    Setting("link_in_background", "NBCACHE_LINK_BACKGROUND", parse_bool, False,
+            "after a graph kernel calling its op kernels by symbol is served, build it with "
+            "them linked in, in a background process, for later processes to use: their "
+            "calls are faster, their results may differ from the first process's in the "
+            "last bits (see [The linked tier](how-it-works.md#the-linked-tier))",
+            "1", "off"),
     Setting("compile_ahead", "NBCACHE_COMPILE_AHEAD", parse_bool, _several_cores,
             "on a compile, fork a helper process that compiles op kernels from the graph's "
             "end while the graph is typed from its start (see [Separate compilation]"

@@ -23,7 +23,7 @@ def private_store(tmp_path, monkeypatch, state_home):
     monkeypatch.setenv("XDG_STATE_HOME", str(state_home))
     for variable in ("NBCACHE_DISABLE", "NBCACHE_READONLY", "NBCACHE_MAX_SIZE",
                      "NBCACHE_VERIFY_HITS", "NBCACHE_VERIFY_LIMIT", "NBCACHE_LINK_OPS",
-                     "NBCACHE_COMPILE_AHEAD"):
+                     "NBCACHE_LINK_BACKGROUND", "NBCACHE_COMPILE_AHEAD"):
         monkeypatch.delenv(variable, raising=False)
     # A developer's shared cache must not take part in the tests (tests/test_remote.py sets its own).
     for variable in settings.ENVIRONMENT.values():

@@ -74,6 +74,9 @@ def command_stats(args) -> int:
     ]
     if settings_module.current().remote or any(name.startswith("remote:") for name in counters):
         rows.append(("remote", _remote(counters)))
+    if (settings_module.current().link_in_background
+            or any(name.startswith("linking:") for name in counters)):
+        rows.append(("linked tier", _linked_tier(counters)))
     width = max(len(name) for name, _ in rows)
     print("\n".join(f"{name:<{width}}  {value}" for name, value in rows))
     if stats["fingerprints"]:
@@ -113,6 +116,13 @@ def _by_kind(counters: dict, outcome: str) -> str:
     total = sum(per_kind.values())
     details = ", ".join(f"{value} {kind}" for kind, value in per_kind.items())
     return f"{total} ({details})" if details else str(total)
+
+
+def _linked_tier(counters: dict) -> str:
+    """The linked tier's counters (see :mod:`numba_cache.kernels.linked_tier`) in one line."""
+    builds = ", ".join(f"{counters.get('linking:' + name, 0)} {name}"
+                       for name in ("requested", "built", "failed"))
+    return f"builds: {builds}; served: {counters.get('linking:served', 0)}"
 
 
 def _remote(counters: dict) -> str:

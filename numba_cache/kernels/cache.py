@@ -54,12 +54,21 @@ class KernelCache(_Cache):
     A graph kernel may also be known by its code (:meth:`also_by_code`, once its ops
     are converted): the store's code index names the graph kernel last stored with
     that code, which serves a miss of this graph's own key (and is stored under it).
+
+    `linked` is a graph kernel's :class:`.linked_tier.LinkedTier` under the
+    ``link_in_background`` setting: its linked build, when stored, serves first;
+    otherwise this kernel serves, and the linked one is asked for. The collision
+    detector, which compiles this kernel to compare, serves this kernel only.
     """
 
     def __init__(self, context, key, source: str | None, prepare: Callable | None = None,
                  verdict: Uncacheable | None = None, object_mode: bool = False,
-                 op_calls: list | None = None, function_name: str | None = None):
+                 op_calls: list | None = None, function_name: str | None = None,
+                 linked=None):
         self._context = context
+        self._linked = None if context.settings.verify_hits else linked
+        #: The signatures the linked build was looked up for and missed.
+        self._linked_missed: set = set()
         self._op_calls = op_calls
         self._function_name = function_name
         self._code_key = None
@@ -141,6 +150,10 @@ class KernelCache(_Cache):
             self._run_prepare()
             return None
         runtime.initialize(self._context, target_context)
+        if self._linked is not None and self._verdict is None:
+            cres = self._load_linked(sig, target_context)
+            if cres is not None:
+                return cres
         fingerprint = self._context.fingerprint.digest
         entry, self._prefetched = self._prefetched, None
         if entry is None:
@@ -166,6 +179,7 @@ class KernelCache(_Cache):
                 self._verifying[sig] = entry
                 self._run_prepare()
                 return None  # numba compiles; save_overload compares
+            self._served(sig)
             return cres
         if self._verdict is not None and not self._verdict_from_prepare:
             self._report_verdict()
@@ -198,6 +212,26 @@ class KernelCache(_Cache):
         self._save(cacheable=True, verdict=None, blobs=blobs)
         store.record_graph_of_code(fingerprint, self._code_key.digest, self._key.digest)
         return entry, cres
+
+    def _load_linked(self, sig, target_context):
+        """The linked build of this graph kernel for `sig` (:mod:`.linked_tier`), or None."""
+        context, key = self._context, self._linked.key
+        entry = context.store.load(context.fingerprint.digest, key.digest)
+        cres = None
+        if entry is not None and entry.cacheable and overload_blob_name(sig) in entry.blobs:
+            cres = self._met_and_rebuilt(entry, sig, target_context)
+        if cres is None:
+            self._linked_missed.add(sig)
+            return None
+        report.record(context, "graph.hit")
+        report.record(context, "linking:served")
+        report.lookup(context, key, "hit")
+        return cres
+
+    def _served(self, sig) -> None:
+        """This kernel serves `sig`, stored: ask for its linked build, if it was missed."""
+        if sig in self._linked_missed:
+            self._linked.request(sig)
 
     def _report_hit(self, sig) -> None:
         """Count a load from the store: a hit, or the miss it is when a helper of this
@@ -349,6 +383,7 @@ class KernelCache(_Cache):
         if self._code_key is not None:
             self._context.store.record_graph_of_code(
                 self._context.fingerprint.digest, self._code_key.digest, self._key.digest)
+        self._served(sig)
         for dispatcher, signature, compiled in object_mode_blocks.compiled_here_unstored(blocks):
             block_key = object_mode_blocks.block_key(self._context, dispatcher, signature)
             KernelCache(self._context, block_key, source=None, object_mode=True).save_overload(

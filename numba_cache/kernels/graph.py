@@ -11,7 +11,9 @@ calls, emitted by one intrinsic (:mod:`.graph_body`); its entry lists those op
 kernels (:mod:`.op_links`). Op kernels that
 are not stored (uncacheable, or a disabled cache) are linked in, as numba links
 them, and so is every op kernel under the ``link_op_kernels`` setting. A graph
-kernel that only calls is optimised lightly (:mod:`.glue`).
+kernel that only calls is optimised lightly (:mod:`.glue`). Under the
+``link_in_background`` setting, a helper builds it again with its op kernels
+linked in, for later processes (:mod:`.linked_tier`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from numba_cache.kernels.conversion import op_kernel, source_label
 from numba_cache.kernels.dispatcher import cached_dispatcher
 from numba_cache.kernels.glue import GlueCompiler
 from numba_cache.kernels.graph_body import graph_body
+from numba_cache.kernels.linked_tier import LinkedTier
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
@@ -118,8 +121,11 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
         cache.also_by_code(_code_key(key, generated, op_calls, steps, kernel_keys))
         return None
 
+    linked = None
+    if context.settings.link_in_background and op_calls == BY_SYMBOL and verdict is None:
+        linked = LinkedTier(context, fgraph, key)
     cache = KernelCache(context, key, generated.source, prepare=prepare, verdict=verdict,
-                        op_calls=called_by_symbol, function_name=name)
+                        op_calls=called_by_symbol, function_name=name, linked=linked)
     dispatcher = cached_dispatcher(
         function, cache, called_from_python=True, fastmath=config.numba__fastmath,
         pipeline_class=GlueCompiler,

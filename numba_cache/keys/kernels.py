@@ -36,6 +36,8 @@ from numba_cache.store.references import BLOCK_COMPONENT
 #: How a graph kernel calls its op kernels (the ``op_calls`` component of its key):
 #: by symbol (:mod:`numba_cache.kernels.symbol_calls`), or linked in as numba links them.
 BY_SYMBOL, LINKED = "symbol", "linked"
+#: How a graph kernel with its op kernels linked in is summarized (``numba-cache list``).
+LINKED_SUMMARY = ", op kernels linked in"
 
 
 def op_calls_setting(settings) -> str:
@@ -54,7 +56,7 @@ def graph_kernel_key(fgraph, fingerprint, order=None, op_calls: str = BY_SYMBOL)
                                  order=execution_order(fgraph) if order is None else order)
     return Key.from_components(
         "graph",
-        graph_summary(fgraph),
+        graph_summary(fgraph) + (LINKED_SUMMARY if op_calls == LINKED else ""),
         {
             "fingerprint": fingerprint.digest,
             "codegen": versions.CODEGEN,
@@ -66,6 +68,13 @@ def graph_kernel_key(fgraph, fingerprint, order=None, op_calls: str = BY_SYMBOL)
             "nodes": description.nodes,
         },
     )
+
+
+def linked_key(key: Key) -> Key:
+    """The key of graph kernel `key` (calling its op kernels by symbol) with them linked in:
+    what :func:`graph_kernel_key` gives the same graph under :data:`LINKED`."""
+    return Key.from_components(key.kind, key.summary + LINKED_SUMMARY,
+                               key.components | {"op_calls": LINKED})
 
 
 def graph_code_key(graph_key: Key, generated, op_kernel_keys: list[str]) -> Key:

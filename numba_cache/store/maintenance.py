@@ -213,6 +213,16 @@ class Maintenance:
     def record_graph_of_code(self, fingerprint: str, code: str, key: str) -> None:
         self._side_files.record_graph_of_code(fingerprint, code, key)
 
+    def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
+        """Whether this process may build linked graph kernel `key` (:mod:`.side_files`)."""
+        return self._side_files.claim_linking(fingerprint, key, stale_after)
+
+    def release_linking(self, fingerprint: str, key: str, failure: str | None) -> None:
+        self._side_files.release_linking(fingerprint, key, failure)
+
+    def linking_failure(self, fingerprint: str, key: str) -> str | None:
+        return self._side_files.linking_failure(fingerprint, key)
+
     def source_path(self, fingerprint: str, key: str) -> Path:
         """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""
         check_address(fingerprint, key)

@@ -67,6 +67,15 @@ class NullStore:
     def record_graph_of_code(self, fingerprint: str, code: str, key: str) -> None:
         pass
 
+    def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
+        return False
+
+    def release_linking(self, fingerprint: str, key: str, failure: str | None) -> None:
+        pass
+
+    def linking_failure(self, fingerprint: str, key: str) -> str | None:
+        return None
+
 
 def open_store(settings: Settings) -> Store | NullStore:
     """The store of `settings`: a :class:`NullStore` when the cache is disabled."""

@@ -1,5 +1,5 @@
 """Side files of a fingerprint's directory: what its digest stands for, registry digests,
-and which graph kernel holds a given code.
+which graph kernel holds a given code, and which linked graph kernels are being built.
 
 None is needed to load a kernel: they explain a miss ("numba 0.68.0 became
 0.69.0"), save a rewrite-registry recomputation, or find a graph kernel another
@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +26,11 @@ FINGERPRINT_NAME = "fingerprint.json"
 REGISTRIES_NAME = "registries.json"
 #: The directory of the code index: one file per code key, holding a graph key.
 CODE_INDEX_NAME = "by_code"
+#: The directory of the linking claims: one file per linked graph kernel being built,
+#: or whose build failed (:mod:`numba_cache.kernels.linked_tier`).
+LINKING_NAME = "linking"
+#: How long a failed build keeps others from trying it again, in seconds.
+FAILED_LINKING_HOLDS = 86400.0
 
 
 class SideFiles:
@@ -127,3 +134,58 @@ class SideFiles:
             return
         with contextlib.suppress(OSError):
             self._backend.put_file(self._root / fingerprint / CODE_INDEX_NAME / code, key.encode())
+
+    def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
+        """Whether this process may build linked graph kernel `key`: none claimed it within
+        `stale_after` seconds (a build still running) and no build of it failed within
+        :data:`FAILED_LINKING_HOLDS`. If so, the claim is this process's."""
+        check_name("fingerprint", fingerprint)
+        if not (is_sha256_hex(key) and self._writable()):
+            return False
+        path = self._root / fingerprint / LINKING_NAME / key
+        claim = json.dumps({"state": "building", "pid": os.getpid()}).encode()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "xb") as file:
+                file.write(claim)
+            return True
+        except FileExistsError:
+            pass
+        except OSError:
+            return False
+        try:
+            age = time.time() - path.stat().st_mtime
+            state = json.loads(path.read_bytes()).get("state")
+        except (OSError, ValueError, AttributeError):
+            age, state = float("inf"), None  # unreadable: no claim stands
+        if age < (FAILED_LINKING_HOLDS if state == "failed" else stale_after):
+            return False
+        with contextlib.suppress(OSError):
+            self._backend.put_file(path, claim)
+            return True
+        return False
+
+    def release_linking(self, fingerprint: str, key: str, failure: str | None) -> None:
+        """End this process's claim on linked graph kernel `key`: built, or failed for
+        the reason `failure` (kept, so that others do not try it again soon)."""
+        check_name("fingerprint", fingerprint)
+        if not is_sha256_hex(key):
+            return
+        path = self._root / fingerprint / LINKING_NAME / key
+        with contextlib.suppress(OSError):
+            if failure is None:
+                path.unlink(missing_ok=True)
+            else:
+                self._backend.put_file(
+                    path, json.dumps({"state": "failed", "reason": failure}).encode())
+
+    def linking_failure(self, fingerprint: str, key: str) -> str | None:
+        """Why the last build of linked graph kernel `key` failed, if it did."""
+        check_name("fingerprint", fingerprint)
+        try:
+            recorded = json.loads((self._root / fingerprint / LINKING_NAME / key).read_bytes())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(recorded, dict) or recorded.get("state") != "failed":
+            return None
+        return str(recorded.get("reason", ""))

@@ -1,0 +1,125 @@
+"""The linked tier: graph kernels rebuilt with their op kernels linked in, in the background.
+
+A graph kernel that calls its op kernels by symbol (tier 1, :mod:`.symbol_calls`)
+compiles only its glue, but its calls are not inlined. Under the
+``link_in_background`` setting, once a tier-1 graph kernel is served for a numba
+signature (loaded, or compiled and stored), a helper process builds the same
+graph with its op kernels linked in, under the key ``link_op_kernels`` gives it
+(:func:`numba_cache.keys.kernels.linked_key`), and stores it; later processes
+load that kernel (tier 2) instead, for that signature. A process does not swap
+kernels while it runs: the kernel it called first is the one it keeps.
+
+Why it is a setting, off by default: once inlined, the op kernels' code is
+optimised again under PyTensor's fastmath flags (reassociation, contraction), so
+tier 2's results can differ from tier 1's in the last bits. A process before the
+build and one after it can then disagree in the last bits, which numba_cache
+otherwise never lets happen. Tier 2 gives the bits ``link_op_kernels`` gives,
+within the same ULP bound of ``NUMBA``.
+
+The helper (:mod:`.linking_helper`) is one new interpreter per process, started
+at its first request, at a lower priority and in a session of its own. This
+process writes each job to a file and sends its path; the helper ends once this
+process has ended (its input closes) and its jobs are done. Each build is
+claimed in the store (a side file), so that processes sharing a store build a
+kernel once, and a failed build is not tried again for a day
+(:meth:`numba_cache.store.Store.claim_linking`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from numba_cache.kernels import report
+from numba_cache.keys.fingerprint import PYTENSOR_FLAGS
+from numba_cache.keys.kernels import linked_key
+
+#: The helper's program: the import path, then :func:`.linking_helper.main` on its input.
+_HELPER_MAIN = ("import json, sys\n"
+                "sys.path[:] = json.loads(sys.stdin.readline())\n"
+                "from numba_cache.kernels.linking_helper import main\n"
+                "main(sys.stdin)\n")
+
+_helpers: dict[int, subprocess.Popen] = {}  # this process's helper, by process id
+_requested: set = set()  # (linked key digest, signature) asked for by this process
+
+
+class LinkedTier:
+    """The way from a tier-1 graph kernel (`key`, of `fgraph`) to its linked build."""
+
+    def __init__(self, context, fgraph, key):
+        self._context = context
+        self._fgraph = fgraph
+        self.key = linked_key(key)
+
+    def request(self, signature) -> None:
+        """Have the linked kernel built for `signature`, which the store does not hold,
+        unless it is being built, failed lately, or this process asked for it already."""
+        context, digest = self._context, self.key.digest
+        fingerprint = context.fingerprint.digest
+        if (digest, signature) in _requested:
+            return
+        _requested.add((digest, signature))
+        if not context.enabled or context.store.readonly:
+            return
+        if not context.store.claim_linking(fingerprint, digest, context.settings.lock_timeout):
+            return
+        try:
+            path = _job_file(context, self._fgraph, signature, digest)
+            _send(path)
+        except Exception as exc:  # the linked tier only saves call time: never fail a compile
+            context.store.release_linking(fingerprint, digest, f"not sent to the helper: {exc!r}")
+            report.record(context, "linking:failed")
+            report.logger.debug("linked build of %s not started: %r", self.key.short, exc)
+            return
+        report.record(context, "linking:requested")
+
+
+def _job_file(context, fgraph, signature, digest: str) -> str:
+    """A file holding the job for the helper: the graph, the signature, what to check."""
+    import cloudpickle
+    from pytensor import config
+
+    job = cloudpickle.dumps({
+        "settings": context.settings,
+        "flags": {flag: getattr(config, flag) for flag in PYTENSOR_FLAGS},
+        "fingerprint": context.fingerprint.digest,
+        "key": digest,
+        "inputs": fgraph.inputs,
+        "outputs": fgraph.outputs,
+        "signature": signature,
+    })
+    handle, path = tempfile.mkstemp(prefix="nbcache-link-", suffix=".job")
+    with os.fdopen(handle, "wb") as file:
+        file.write(job)
+    return path
+
+
+def _send(path: str) -> None:
+    """Give the job file `path` to this process's helper, started if need be."""
+    for attempt in range(2):
+        process = _helpers.get(os.getpid())
+        if process is None or process.poll() is not None:
+            process = _helpers[os.getpid()] = _start_helper()
+        try:
+            process.stdin.write(f"{path}\n".encode())
+            process.stdin.flush()
+            return
+        except BrokenPipeError:  # the helper died: start another, once
+            if attempt:
+                raise
+            _helpers.pop(os.getpid(), None)
+
+
+def _start_helper() -> subprocess.Popen:
+    process = subprocess.Popen(
+        [sys.executable, "-c", _HELPER_MAIN], stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    # This process's import path, as multiprocessing's spawn gives it: the helper
+    # imports the numba_cache (and PyTensor) this process imported.
+    process.stdin.write((json.dumps(sys.path) + "\n").encode())
+    process.stdin.flush()
+    return process
