@@ -10,7 +10,10 @@ For each repeat, model and mode, in a new work directory (empty caches, see
 4. variants (radon): each slightly different graph in its own process, after
    the base and the variants before it; the disk is measured after the last;
 5. new model: another graph made of the same ops (the model on a dataset of
-   other sizes, or another draw of the large model's terms), after all the above.
+   other sizes, or another draw of the large model's terms), after all the above;
+6. linked tier (``NUMBA_CACHE``): with ``NBCACHE_LINK_BACKGROUND=1``, a process
+   asks for the base model's linked build; once its helper stored it, a new
+   process loads it and times calls (compared with ``NUMBA``'s warm figures).
 
 Each process is timed by the parent from its start to its first result; the
 process reports its in-process figures itself (see :mod:`.child`).
@@ -30,9 +33,14 @@ from pathlib import Path
 
 from benchmarks.child import FIRST_RESULT, OURS
 from benchmarks.modes import MODES, REPOSITORY, Mode, disk_usage
+from numba_cache import settings
 from numba_cache.evaluation.models import RADON_VARIANTS
+from numba_cache.kernels import linked_tier
+from numba_cache.store import Store
 
 CHILD = Path(__file__).with_name("child.py")
+#: How long a linked build may take in its helper before the benchmark gives up on it.
+LINKED_BUILD_TIMEOUT = 1800.0
 
 
 @dataclass(frozen=True)
@@ -175,6 +183,27 @@ class Sequence:
             new_model = self._step("new model", self.model.new_model, environment)
             self._add("new_model", new_model["compile_seconds"])
             self._add("compiles_new_model", new_model["numba_compiles"])
+        if self.mode.name == OURS:
+            self._linked_tier(environment, workdir / "store")
+
+    def _linked_tier(self, environment: dict, store: Path) -> None:
+        linked = dict(environment, NBCACHE_LINK_BACKGROUND="1")
+        asked = self._step("linked tier: asks for the build", {}, linked)
+        if asked["cache_events"].get("linking:requested") != 1:
+            raise ChildFailed(f"{self.model.name}: no linked build was asked for")
+        started = time.perf_counter()
+        store = Store(settings.override(settings.current(), root=str(store)))
+        linked_tier.wait_for_builds(store, stale_after=LINKED_BUILD_TIMEOUT)
+        if store.linking_claims():
+            raise ChildFailed(f"{self.model.name}: the linked build failed or is still "
+                              f"running: {store.linking_claims()}")
+        self._add("linked_build", time.perf_counter() - started)
+        served = self._step("linked tier: served", {}, linked, calls=True)
+        if served["cache_events"].get("linking:served") != 1:
+            raise ChildFailed(f"{self.model.name}: the linked build was not served")
+        self._add("warm_linked", served["compile_seconds"])
+        self._add("call_linked", served["call_us"])
+        self._add("call_trusted_linked", served["call_trusted_us"])
 
     def _step(self, step: str, kwargs: dict, environment: dict, **measure) -> dict:
         spec = {"function": self.model.function, "kwargs": kwargs, "mode": self.mode.pytensor_mode}

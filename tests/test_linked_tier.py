@@ -15,7 +15,7 @@ import os
 import time
 
 import numpy as np
-from helpers import run_cli, run_python
+from helpers import run_cli, run_python, wait_for_linked_builds
 
 from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance
 from numba_cache.store import side_files
@@ -45,21 +45,6 @@ def compile_radon(env: dict | None = None, mode: str = "NUMBA_CACHE", prelude: s
     return run_python(RADON.format(mode=mode, prelude=prelude), env)
 
 
-def claims(root) -> list[dict]:
-    """The linking claims of the store at `root`, as recorded."""
-    return [json.loads(path.read_bytes())
-            for path in root.glob(f"*/{side_files.LINKING_NAME}/*")]
-
-
-def wait_for_builds(root, timeout: float = 300.0) -> list[dict]:
-    """The claims once no build is running (the helpers are done)."""
-    deadline = time.monotonic() + timeout
-    while any(claim["state"] == "building" for claim in claims(root)):
-        assert time.monotonic() < deadline, f"linked builds still running: {claims(root)}"
-        time.sleep(0.2)
-    return claims(root)
-
-
 def store_counters(env: dict | None = None) -> dict:
     result = run_cli("stats", "--json", env=env)
     assert result.returncode == 0, result.stderr
@@ -75,7 +60,7 @@ def assert_within_bound(values, reference) -> None:
 def test_later_processes_run_the_linked_build_with_the_linked_bits(private_store, tmp_path):
     first = compile_radon(BACKGROUND)
     assert first["stats"]["graph.miss"] == 1 and first["stats"]["linking:requested"] == 1
-    assert wait_for_builds(private_store) == []  # built: the claim is released
+    assert wait_for_linked_builds(private_store) == []  # built: the claim is released
     counters = store_counters()
     assert counters["linking:built"] == 1 and "linking:failed" not in counters
     # The helper's own lookups are not the user's: only the first process's are counted.
@@ -109,7 +94,7 @@ def test_a_build_that_fails_is_remembered_and_changes_no_result(private_store):
     prelude = "numba.config.LOOP_VECTORIZE = 0"
     first = compile_radon(BACKGROUND, prelude=prelude)
     assert first["stats"]["linking:requested"] == 1
-    (claim,) = wait_for_builds(private_store)
+    (claim,) = wait_for_linked_builds(private_store)
     assert claim["state"] == "failed" and "fingerprint differs" in claim["reason"]
     assert store_counters()["linking:failed"] == 1
     again = compile_radon(BACKGROUND, prelude=prelude)
@@ -130,7 +115,9 @@ def test_a_build_is_claimed_once_until_released_or_stale(tmp_path):
     os.utime(claim, (time.time() - 601, time.time() - 601))  # its builder vanished
     assert files.claim_linking(fingerprint, key, stale_after=600)
     files.release_linking(fingerprint, key, failure="it raised")
-    assert files.linking_failure(fingerprint, key) == "it raised"
+    (failed,) = files.linking_claims()
+    assert (failed["fingerprint"], failed["key"]) == (fingerprint, key)
+    assert (failed["state"], failed["reason"]) == ("failed", "it raised")
     os.utime(claim, (time.time() - 3600, time.time() - 3600))
     assert not files.claim_linking(fingerprint, key, stale_after=600)
     day = side_files.FAILED_LINKING_HOLDS
@@ -142,3 +129,15 @@ def test_a_build_is_claimed_once_until_released_or_stale(tmp_path):
     assert files.claim_linking(fingerprint, key, stale_after=600)
     read_only = side_files.SideFiles(LocalBackend(tmp_path), tmp_path, lambda: False)
     assert not read_only.claim_linking(fingerprint, "b" * 64, stale_after=600)
+
+
+def test_warm_waits_for_the_linked_builds_its_targets_asked_for(private_store):
+    """A CI step warming a store under the setting keeps it whole: ``warm`` returns once
+    the helpers stored every linked build."""
+    result = run_cli("warm", "--json", "warm_targets:graphs", env=BACKGROUND)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["linked_builds_failed"] == []
+    assert wait_for_linked_builds(private_store, timeout=0.0) == []
+    listing = json.loads(run_cli("list", "--json", "--kind", "graph").stdout)["entries"]
+    linked = [entry for entry in listing if entry["summary"].endswith("op kernels linked in")]
+    assert len(listing) == 6 and len(linked) == 3

@@ -24,6 +24,7 @@ import numba
 import numpy as np
 import pytest
 import store_states
+from helpers import wait_for_linked_builds
 
 from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, max_ulp_distance
 
@@ -88,6 +89,33 @@ def test_a_warm_process_loads_both_wrappers_compiles_nothing_and_gives_the_same_
     reference = run(model, "NUMBA", tmp_path / "unused")
     for name in VALUES:
         distance = max_ulp_distance([floats(warm[name])], [floats(reference[name])])
+        assert distance <= NUMBA_ULP_BOUND, (name, distance)
+
+
+@pytest.mark.slow
+def test_the_linked_tier_serves_nutpie_through_callbacks_of_its_own(tmp_path, monkeypatch):
+    """Under ``NBCACHE_LINK_BACKGROUND=1`` later processes run the linked build of the
+    logp graph (numba_cache/kernels/linked_tier.py), and nutpie's callbacks call it by
+    its symbol: they are stored apart from the callbacks of tier 1, so that processes
+    of either tier load their own, with their own bits."""
+    store = tmp_path / "store"
+    monkeypatch.setenv("NBCACHE_LINK_BACKGROUND", "1")
+    first = run("hidden", "numba_cache", store)
+    assert first["stats"]["linking:requested"] == 2, first["stats"]
+    assert [claim["state"] for claim in wait_for_linked_builds(store)] == []
+    second = run("hidden", "numba_cache", store)
+    assert second["stats"]["linking:served"] == 2 and second["stats"]["cfunc.miss"] == 2
+    third = run("hidden", "numba_cache", store, log=tmp_path / "log")
+    assert third["stats"]["linking:served"] == 2 and third["stats"]["cfunc.hit"] == 2
+    assert third["compiles"] == [], "the process compiled with numba"
+    same_bits(third, second)
+    monkeypatch.delenv("NBCACHE_LINK_BACKGROUND")
+    by_symbol = run("hidden", "numba_cache", store)
+    assert by_symbol["stats"]["cfunc.hit"] == 2 and "linking:served" not in by_symbol["stats"]
+    same_bits(by_symbol, first)
+    reference = run("hidden", "NUMBA", tmp_path / "unused")
+    for name in VALUES:
+        distance = max_ulp_distance([floats(third[name])], [floats(reference[name])])
         assert distance <= NUMBA_ULP_BOUND, (name, distance)
 
 

@@ -103,6 +103,7 @@ def command_warm(args) -> int:
 
     with StatusLine(describe):
         tallies = warm.warm(args.targets, args.jobs, progress)
+    linked_failures = _linked_builds(current, store, args)
     total = progress.tally
     failed = bool(total.failures or total.write_errors)
     if args.json:
@@ -111,9 +112,13 @@ def command_warm(args) -> int:
             "elapsed": round(progress.elapsed, 3),
             **_tally_json(total, with_target=True),
             "targets": [{"target": target, **_tally_json(tally)} for target, tally in tallies.items()],
+            "linked_builds_failed": linked_failures,
         }, indent=2))
         return 1 if failed else 0
     print(f"warmed {plural(len(tallies), 'target')} in {elapsed(progress.elapsed)}: {_tally_text(total)}")
+    for claim in linked_failures:
+        print(f"linked build {claim['key'][:DIGEST_DIGITS]} failed: {claim['reason']} "
+              "(its graph kernel calls its op kernels by symbol)")
     for failure in total.failures:
         where = failure.target if failure.graph is None else f"{failure.target}: {failure.graph}"
         print(f"FAILED {where}: {failure.error}")
@@ -122,6 +127,26 @@ def command_warm(args) -> int:
     if total.write_errors:
         print(f"{plural(total.write_errors, 'kernel')} could not be stored (see numba-cache stats)")
     return 1 if failed else 0
+
+
+def _linked_builds(current, store: Store, args) -> list[dict]:
+    """Under ``link_in_background``, wait for the linked builds the targets asked for
+    (:mod:`numba_cache.kernels.linked_tier`), so that the store is whole when warm
+    returns; the claims of those that failed."""
+    if not current.link_in_background:
+        return []
+    from numba_cache.cli.progress import StatusLine
+    from numba_cache.kernels import linked_tier
+
+    def describe() -> str:
+        running = len(linked_tier.running_builds(store, current.lock_timeout))
+        return f"waiting for {plural(running, 'linked build')}"
+
+    running = len(linked_tier.running_builds(store, current.lock_timeout))
+    if running and not args.json:
+        print(f"waiting for {plural(running, 'linked build')}", flush=True)
+    with StatusLine(describe):
+        return linked_tier.wait_for_builds(store, current.lock_timeout)
 
 
 def command_export(args) -> int:

@@ -71,7 +71,9 @@ def recognize(pyfunc):
         "nutpie": source,
         "function": pyfunc.__qualname__,
         **{name: str(int(value)) for name, value in numbers.items()},
-        "kernel": numba_internals.dispatcher_cache(entry.kernel).key.digest,
+        # The linked tier's build, if it serves (numba_cache/kernels/linked_tier.py): the
+        # callbacks call it by its symbol, which is not the graph kernel's own.
+        "kernel": numba_internals.dispatcher_cache(entry.kernel).served_key.digest,
         "hidden": list(entry.hidden_symbols()),
         **shared,
     }

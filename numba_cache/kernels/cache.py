@@ -69,6 +69,8 @@ class KernelCache(_Cache):
         self._linked = None if context.settings.verify_hits else linked
         #: The signatures the linked build was looked up for and missed.
         self._linked_missed: set = set()
+        self._linked_prefetched: Entry | None = None
+        self._linked_stored = False  # when prefetched
         self._op_calls = op_calls
         self._function_name = function_name
         self._code_key = None
@@ -95,6 +97,12 @@ class KernelCache(_Cache):
     @property
     def key(self):
         return self._key
+
+    @property
+    def served_key(self):
+        """The key of the kernel this cache serves: the linked build's, if it was stored
+        when :meth:`prefetch` looked (:mod:`.linked_tier`), else :attr:`key`."""
+        return self._linked.key if self._linked_stored else self._key
 
     @property
     def verdict(self) -> Uncacheable | None:
@@ -216,7 +224,9 @@ class KernelCache(_Cache):
     def _load_linked(self, sig, target_context):
         """The linked build of this graph kernel for `sig` (:mod:`.linked_tier`), or None."""
         context, key = self._context, self._linked.key
-        entry = context.store.load(context.fingerprint.digest, key.digest)
+        entry, self._linked_prefetched = self._linked_prefetched, None
+        if entry is None:
+            entry = context.store.load(context.fingerprint.digest, key.digest)
         cres = None
         if entry is not None and entry.cacheable and overload_blob_name(sig) in entry.blobs:
             cres = self._met_and_rebuilt(entry, sig, target_context)
@@ -307,11 +317,18 @@ class KernelCache(_Cache):
         return compiled
 
     def prefetch(self) -> Entry | None:
-        """The stored entry, read ahead of numba's first lookup (which then uses it)."""
+        """The stored entry, read ahead of numba's first lookup (which then uses it); the
+        linked build's, if it is stored (:mod:`.linked_tier`)."""
         if not self._persistent:
             return None
-        self._prefetched = self._context.store.load(
-            self._context.fingerprint.digest, self._key.digest)
+        fingerprint = self._context.fingerprint.digest
+        if self._linked is not None and self._verdict is None:
+            self._linked_prefetched = self._context.store.load(fingerprint, self._linked.key.digest)
+            self._linked_stored = (self._linked_prefetched is not None
+                                   and self._linked_prefetched.cacheable)
+        if self._linked_stored:  # it serves: its conversion's warnings are told
+            return self._linked_prefetched
+        self._prefetched = self._context.store.load(fingerprint, self._key.digest)
         return self._prefetched
 
     def prepare_now(self) -> None:

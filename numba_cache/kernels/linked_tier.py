@@ -32,6 +32,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 from numba_cache.kernels import report
 from numba_cache.keys.fingerprint import PYTENSOR_FLAGS
@@ -123,3 +124,18 @@ def _start_helper() -> subprocess.Popen:
     process.stdin.write((json.dumps(sys.path) + "\n").encode())
     process.stdin.flush()
     return process
+
+
+def running_builds(store, stale_after: float) -> list[dict]:
+    """The claims of builds running in `store` (those not stale after `stale_after` s)."""
+    now = time.time()
+    return [claim for claim in store.linking_claims()
+            if claim["state"] == "building" and now - claim["since"] < stale_after]
+
+
+def wait_for_builds(store, stale_after: float, poll: float = 0.2) -> list[dict]:
+    """Wait until no build runs in `store` (at most `stale_after` s, when claims go
+    stale); the claims of failed builds then."""
+    while running_builds(store, stale_after):
+        time.sleep(poll)
+    return [claim for claim in store.linking_claims() if claim["state"] == "failed"]

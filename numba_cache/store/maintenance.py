@@ -220,8 +220,9 @@ class Maintenance:
     def release_linking(self, fingerprint: str, key: str, failure: str | None) -> None:
         self._side_files.release_linking(fingerprint, key, failure)
 
-    def linking_failure(self, fingerprint: str, key: str) -> str | None:
-        return self._side_files.linking_failure(fingerprint, key)
+    def linking_claims(self) -> list[dict]:
+        """The linked builds running or failed (:meth:`.side_files.SideFiles.linking_claims`)."""
+        return self._side_files.linking_claims()
 
     def source_path(self, fingerprint: str, key: str) -> Path:
         """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""

@@ -73,8 +73,8 @@ class NullStore:
     def release_linking(self, fingerprint: str, key: str, failure: str | None) -> None:
         pass
 
-    def linking_failure(self, fingerprint: str, key: str) -> str | None:
-        return None
+    def linking_claims(self) -> list[dict]:
+        return []
 
 
 def open_store(settings: Settings) -> Store | NullStore:

@@ -179,13 +179,19 @@ class SideFiles:
                 self._backend.put_file(
                     path, json.dumps({"state": "failed", "reason": failure}).encode())
 
-    def linking_failure(self, fingerprint: str, key: str) -> str | None:
-        """Why the last build of linked graph kernel `key` failed, if it did."""
-        check_name("fingerprint", fingerprint)
-        try:
-            recorded = json.loads((self._root / fingerprint / LINKING_NAME / key).read_bytes())
-        except (OSError, ValueError):
-            return None
-        if not isinstance(recorded, dict) or recorded.get("state") != "failed":
-            return None
-        return str(recorded.get("reason", ""))
+    def linking_claims(self) -> list[dict]:
+        """Every linking claim: ``fingerprint``, ``key``, ``state`` (``building`` or
+        ``failed``), ``since`` (when it was made, in seconds since the epoch) and, if
+        failed, ``reason``; unreadable ones left out."""
+        claims = []
+        for path in sorted(self._root.glob(f"*/{LINKING_NAME}/*")):
+            try:
+                since = path.stat().st_mtime
+                recorded = json.loads(path.read_bytes())
+            except (OSError, ValueError):
+                continue
+            if isinstance(recorded, dict) and recorded.get("state") in ("building", "failed"):
+                claims.append({"fingerprint": path.parent.parent.name, "key": path.name,
+                               "state": recorded["state"], "since": since,
+                               "reason": recorded.get("reason")})
+        return claims
