@@ -28,7 +28,7 @@ def main(lines) -> None:
     """Build the job of each file named by `lines` (the helper's input), until it ends."""
     from numba_cache.kernels import report
 
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, AttributeError):  # no os.nice off POSIX
         os.nice(_NICENESS)
     report.count_in_store(False)
     for line in lines:
