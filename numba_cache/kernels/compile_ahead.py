@@ -43,7 +43,6 @@ import warnings
 from collections.abc import Callable
 
 from numba_cache.kernels.predicted_types import mispredicted, predict
-from numba_cache.keys.fingerprint import PYTENSOR_FLAGS
 
 #: Where the typing is (the index of the step it serves), shared with the helper.
 POSITION = struct.Struct("q")
@@ -235,7 +234,8 @@ class CompileAhead:
         and the predicted signature. It compiles once its imports are done (seconds),
         so it helps long compiles only."""
         import cloudpickle
-        from pytensor import config
+
+        from numba_cache.kernels.context import helper_state
 
         pickled = []
         for first, kernel, signature in work:
@@ -249,9 +249,7 @@ class CompileAhead:
         with payload:
             # This process's import path first, as multiprocessing's spawn gives it: the
             # helper imports the numba_cache (and PyTensor) this process imported.
-            # The PyTensor flags of the fingerprint too: a notebook may set them in Python.
-            flags = {flag: getattr(config, flag) for flag in PYTENSOR_FLAGS}
-            pickle.dump((sys.path, cloudpickle.dumps({"settings": self._settings, "flags": flags,
+            pickle.dump((sys.path, cloudpickle.dumps({**helper_state(self._settings),
                                                       "work": pickled})), payload)
             payload.seek(0)
             process = subprocess.Popen(

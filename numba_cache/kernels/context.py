@@ -10,6 +10,7 @@ from numba_cache import _compat
 from numba_cache import settings as settings_module
 from numba_cache.kernels import replaced_numba, runtime
 from numba_cache.keys import Fingerprint, current_fingerprint
+from numba_cache.keys.fingerprint import PYTENSOR_FLAGS
 from numba_cache.store import NullStore, Store, StoreWarning, open_store
 
 
@@ -41,6 +42,25 @@ def current_context() -> CacheContext:
     if replaced_numba.replaced() is not None:
         return CacheContext(settings, NullStore(settings), fingerprint, enabled=False)
     return _context(settings, fingerprint.digest, fingerprint)
+
+
+def helper_state(settings: settings_module.Settings) -> dict:
+    """What a helper process needs to compile as this process does (:func:`adopt_state`):
+    `settings`, and the PyTensor flags of the fingerprint, which a notebook may set in Python."""
+    from pytensor import config
+
+    return {"settings": settings, "flags": {flag: getattr(config, flag) for flag in PYTENSOR_FLAGS}}
+
+
+def adopt_state(state: dict, **overrides) -> CacheContext:
+    """In a helper process: take the settings (with `overrides`) and PyTensor flags of
+    `state`, made by :func:`helper_state` in the process it helps; the context they give."""
+    from pytensor import config
+
+    settings_module.adopt(replace(state["settings"], **overrides))
+    for flag, value in state["flags"].items():
+        setattr(config, flag, value)
+    return current_context()
 
 
 @functools.lru_cache(maxsize=16)

@@ -35,7 +35,6 @@ import tempfile
 import time
 
 from numba_cache.kernels import report
-from numba_cache.keys.fingerprint import PYTENSOR_FLAGS
 from numba_cache.keys.kernels import linked_key
 
 #: The helper's program: the import path, then :func:`.linking_helper.main` on its input.
@@ -82,11 +81,11 @@ class LinkedTier:
 def _job_file(context, fgraph, signature, digest: str) -> str:
     """A file holding the job for the helper: the graph, the signature, what to check."""
     import cloudpickle
-    from pytensor import config
+
+    from numba_cache.kernels.context import helper_state
 
     job = cloudpickle.dumps({
-        "settings": context.settings,
-        "flags": {flag: getattr(config, flag) for flag in PYTENSOR_FLAGS},
+        **helper_state(context.settings),
         "fingerprint": context.fingerprint.digest,
         "key": digest,
         "inputs": fgraph.inputs,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import replace
 from pathlib import Path
 
 #: How much lower than the helped process's the helper's priority is (``nice``).
@@ -32,30 +31,23 @@ def main(lines) -> None:
         os.nice(_NICENESS)
     report.count_in_store(False)
     for line in lines:
-        path = Path(line.strip())
         if line.strip():
             with contextlib.suppress(Exception):  # one job's fault is not the next one's
-                _build_job(path)
+                _build_job(Path(line.strip()))
 
 
 def _build_job(path: Path) -> None:
     import cloudpickle
 
-    from numba_cache import settings
     from numba_cache.kernels import report
-    from numba_cache.kernels.context import current_context
+    from numba_cache.kernels.context import adopt_state
 
     try:
         job = cloudpickle.loads(path.read_bytes())
     finally:
         path.unlink(missing_ok=True)
-    settings.adopt(replace(job["settings"], link_op_kernels=True, link_in_background=False,
-                           compile_ahead=False))
-    from pytensor import config
-
-    for flag, value in job["flags"].items():
-        setattr(config, flag, value)
-    context = current_context()
+    context = adopt_state(job, link_op_kernels=True, link_in_background=False,
+                          compile_ahead=False)
     fingerprint, key = job["fingerprint"], job["key"]
     try:
         failure = _build(context, job)

@@ -34,18 +34,12 @@ def main(argv: list[str], pickled_payload: bytes) -> None:
         return
     import cloudpickle
 
-    from numba_cache import settings
     from numba_cache._compat import numba_internals
-    from numba_cache.kernels.context import current_context
+    from numba_cache.kernels.context import adopt_state
     from numba_cache.kernels.conversion import op_kernel
 
     payload = cloudpickle.loads(pickled_payload)
-    settings.adopt(payload["settings"])
-    from pytensor import config
-
-    for flag, value in payload["flags"].items():
-        setattr(config, flag, value)
-    context = current_context()
+    context = adopt_state(payload)
     if not context.enabled:
         return
     fingerprint = context.fingerprint.digest
