@@ -171,3 +171,45 @@ def test_arguments_nested_in_groups_reach_their_steps():
     source = f"def run(x):\n    return graph_body({_spelled(offsets)})\n"
     run = numba.njit(compile_function(source, "run", "<test graph body>", {"graph_body": body}))
     assert run(1.0) == tuple(3.0 * (1.0 + int(name[1:])) for name in returned)
+
+
+SPLIT = """
+import json
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import numba_cache
+from numba_cache.kernels import graph_body
+from numba_cache.kernels.context import current_context
+from numba_cache.kernels.stored_library import symbols_blob_name
+
+graph_body.CALLS_PER_FUNCTION = 1
+x = pt.dvector("x")
+e = pt.exp(x)
+function = pytensor.function([x], [pt.sort(e) * 2.0, pt.log1p(e).sum() + pt.max(x)],
+                             mode="NUMBA_CACHE")
+values = function(np.linspace(-1.0, 1.0, 7))
+store = current_context().store
+symbols = [name for entry in store.entries(kind="graph")
+           for blob in store.read(entry.fingerprint, entry.key).blobs.items()
+           if blob[0].startswith("symbols:")
+           for name in blob[1].decode().splitlines()]
+print(json.dumps({"values": [np.asarray(value).tolist() for value in values],
+                  "parts": sorted(name for name in symbols if ".part" in name),
+                  "stats": dict(numba_cache.session_stats())}))
+"""
+
+
+def test_a_body_with_op_kernels_linked_in_is_one_function(tmp_path):
+    """A body calling its op kernels by symbol is split into functions; linked in
+    (``NBCACHE_LINK_OPS=1``, the linked tier's build), it is one, for the speed of
+    its calls (versions.LINKED_BODY), with the same bits cold and warm."""
+    by_symbol = run_python(SPLIT, {"NBCACHE_DIR": str(tmp_path / "by_symbol")})
+    linked_env = {"NBCACHE_DIR": str(tmp_path / "linked"), "NBCACHE_LINK_OPS": "1"}
+    linked, warm = run_python(SPLIT, linked_env), run_python(SPLIT, linked_env)
+    assert by_symbol["stats"]["graph.miss"] == linked["stats"]["graph.miss"] == 1
+    assert warm["stats"]["graph.hit"] == 1
+    assert len(by_symbol["parts"]) >= 3, by_symbol["parts"]
+    assert linked["parts"] == [], linked["parts"]
+    assert warm["values"] == linked["values"]
+    assert max_ulp_distance([np.asarray(value) for value in linked["values"]],
+                            [np.asarray(value) for value in by_symbol["values"]]) <= NUMBA_ULP_BOUND

@@ -36,7 +36,13 @@ from numba_cache.kernels.linked_tier import LinkedTier
 from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
-from numba_cache.keys.kernels import BY_SYMBOL, graph_code_key, graph_kernel_key, op_calls_setting
+from numba_cache.keys.kernels import (
+    BY_SYMBOL,
+    LINKED,
+    graph_code_key,
+    graph_kernel_key,
+    op_calls_setting,
+)
 from numba_cache.keys.order import execution_order
 
 
@@ -112,7 +118,8 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
 
         namespace[GRAPH_BODY] = graph_body(
             generated.arguments, embedded, steps, generated.returned, serve, lifted,
-            _compile_ahead(context, steps, kernel_nodes, kernel_keys, serve))
+            _compile_ahead(context, steps, kernel_nodes, kernel_keys, serve),
+            whole=op_calls == LINKED)
         if uncacheable_ops:
             return Uncacheable(
                 "contains-uncacheable",

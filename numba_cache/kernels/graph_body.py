@@ -30,7 +30,9 @@ between them through a frame on the caller's stack: LLVM holds a function's
 machine code whole while it makes it, and the large benchmark model's graph
 kernel (about 1,000 calls) in one function added 100 MiB to its compile's peak
 memory (measured with parts of 50 to 500 calls: the peak lowest from 50 to 250; a
-call about 4% longer than in one function, whatever the number of parts).
+call about 4% longer than in one function, whatever the number of parts). A body
+whose op kernels are linked in (``NBCACHE_LINK_OPS``, the linked tier) is built for
+its speed, mostly by a helper in the background: it is one function.
 
 Before, numba typed and lowered one Python statement per node: on the large benchmark
 model about 1,000 calls, 4,000 variables to type and 85,000 LLVM instructions to build,
@@ -54,7 +56,7 @@ CALLS_PER_FUNCTION = 100
 
 
 def graph_body(arguments: list, embedded: dict, steps: list, returned: list, serve: Callable,
-               lifted: dict | None = None, ahead=None):
+               lifted: dict | None = None, ahead=None, whole: bool = False):
     """A numba intrinsic taking `arguments` (names, as :func:`.sources.grouped` groups them),
     embedding the constants `embedded` maps names to (values), reading the constants
     `lifted` maps names to ``(pack name, position, value)`` from their packs (the value
@@ -65,7 +67,8 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
     the numba types of its arguments, the compile result to call and whether to
     call it by symbol (else its library is linked in, as numba links a dispatcher's).
     `ahead`, a :class:`.compile_ahead.CompileAhead`, is told of each step before it is
-    served, and of the typing's end.
+    served, and of the typing's end. A `whole` body is one LLVM function, however
+    many its calls (:func:`_parts`).
     """
     from numba.core import types
     from numba.extending import intrinsic
@@ -111,7 +114,7 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
             values.update((name, context.get_constant_generic(builder, value_types[name], value))
                           for name, value in embedded.items())
             emitter = _StepEmitter(context, value_types, steps, calls, returned, embedded, lifted)
-            parts = _parts(len(steps))
+            parts = [range(len(steps))] if whole else _parts(len(steps))
             if len(parts) == 1:  # else each part reads the lifted constants it needs
                 values.update((name, emitter.lifted_value(builder, name, values[pack]))
                               for name, (pack, _, _) in lifted.items())

@@ -54,27 +54,30 @@ def graph_kernel_key(fgraph, fingerprint, order=None, op_calls: str = BY_SYMBOL)
     """
     description = describe_graph(fgraph, hide_constants=True, lift_constants=True,
                                  order=execution_order(fgraph) if order is None else order)
-    return Key.from_components(
+    key = Key.from_components(
         "graph",
-        graph_summary(fgraph) + (LINKED_SUMMARY if op_calls == LINKED else ""),
+        graph_summary(fgraph),
         {
             "fingerprint": fingerprint.digest,
             "codegen": versions.CODEGEN,
             "body": versions.GRAPH_BODY,
-            "op_calls": op_calls,
+            "op_calls": BY_SYMBOL,
             "graph": description.digest,
             "inputs": description.inputs,
             "outputs": description.outputs,
             "nodes": description.nodes,
         },
     )
+    return linked_key(key) if op_calls == LINKED else key
 
 
 def linked_key(key: Key) -> Key:
     """The key of graph kernel `key` (calling its op kernels by symbol) with them linked in:
-    what :func:`graph_kernel_key` gives the same graph under :data:`LINKED`."""
+    what :func:`graph_kernel_key` gives the same graph under :data:`LINKED`. Its body is
+    versioned apart (:data:`numba_cache.versions.LINKED_BODY`)."""
     return Key.from_components(key.kind, key.summary + LINKED_SUMMARY,
-                               key.components | {"op_calls": LINKED})
+                               key.components | {"op_calls": LINKED,
+                                                 "linked_body": versions.LINKED_BODY})
 
 
 def graph_code_key(graph_key: Key, generated, op_kernel_keys: list[str]) -> Key:
