@@ -190,9 +190,9 @@ function = pytensor.function([x], [pt.sort(e) * 2.0, pt.log1p(e).sum() + pt.max(
 values = function(np.linspace(-1.0, 1.0, 7))
 store = current_context().store
 symbols = [name for entry in store.entries(kind="graph")
-           for blob in store.read(entry.fingerprint, entry.key).blobs.items()
-           if blob[0].startswith("symbols:")
-           for name in blob[1].decode().splitlines()]
+           for blob, data in store.read(entry.fingerprint, entry.key).blobs.items()
+           if blob.startswith(symbols_blob_name(""))
+           for name in data.decode().splitlines()]
 print(json.dumps({"values": [np.asarray(value).tolist() for value in values],
                   "parts": sorted(name for name in symbols if ".part" in name),
                   "stats": dict(numba_cache.session_stats())}))
