@@ -182,3 +182,81 @@ def test_machine_code_refers_to_numbas_function_by_numbas_name():
     loaded = run_python(LOAD_WITHOUT_NUMBA_CACHE.format(pickle=dumped))
     assert loaded["file"].endswith("pythonapi.py")
     assert loaded["numba_cache_imported"] is False
+
+
+SOLVE_THEN_A_NEW_KERNEL = """
+import json, sys, warnings
+import numpy as np, pytensor, pytensor.tensor as pt
+from pytensor.compile.mode import Mode
+import numba_cache
+
+warnings.simplefilter("error")  # as PyTensor's own test suite runs: a warning fails the compile
+A, b = pt.matrix("A"), pt.vector("b")
+a_value = np.random.default_rng(0).normal(size=(4, 4)) + 4 * np.eye(4)
+b_value = np.arange(4.0)
+solved = pt.linalg.solve(A, b, assume_a="gen", b_ndim=1)
+graphs = [solved]
+if sys.argv[1:] == ["then-new"]:
+    # A new graph kernel around the same solve op kernel, whose blocks were loaded from
+    # the store: with the op kernels linked in, its IR names them.
+    graphs.append(pt.exp(solved) * 2 + solved.sum())
+values, expected = [], []
+for graph in graphs:
+    values.append(pytensor.function([A, b], graph, mode="NUMBA_CACHE")(a_value, b_value).tolist())
+    python_mode = Mode(linker="py", optimizer="fast_run")
+    expected.append(pytensor.function([A, b], graph, mode=python_mode)(a_value, b_value).tolist())
+print(json.dumps({"values": values, "expected": expected,
+                  "stats": dict(numba_cache.session_stats())}))
+"""
+
+
+@pytest.mark.parametrize("link_ops", ["0", "1"], ids=["by-symbol", "op-kernels-linked"])
+def test_a_kernel_holding_a_block_loaded_from_the_store_compiles_without_warnings(link_ops):
+    """A block loaded from the store (its code cannot be inspected) held by a kernel
+    compiled afterwards: nothing on the store path asks numba for its IR (which warns)."""
+    import numpy as np
+
+    env = {"NBCACHE_LINK_OPS": link_ops}
+    cold = run_python(SOLVE_THEN_A_NEW_KERNEL, env=env)
+    assert "objmode.hit" not in cold["stats"], cold["stats"]
+    warm = run_python(SOLVE_THEN_A_NEW_KERNEL.replace("sys.argv[1:]", '["then-new"]'), env=env)
+    assert warm["stats"].get("objmode.hit"), warm["stats"]  # the first kernel's blocks
+    assert warm["stats"].get("graph.miss") == 1, warm["stats"]  # the second graph
+    for values, expected in ((cold["values"], cold["expected"]), (warm["values"], warm["expected"])):
+        for value, reference in zip(values, expected, strict=True):
+            np.testing.assert_allclose(value, reference, rtol=1e-12)
+    assert warm["values"][0] == cold["values"][0]
+
+
+OWN_CACHE_THEN_STORE = """
+import json, sys, warnings
+sys.path.insert(0, sys.argv[1])
+warnings.simplefilter("error")
+from own_cached import add_one
+
+from numba_cache.kernels.cache import KernelCache
+from numba_cache.kernels.context import current_context
+from numba_cache.keys.kernels import object_mode_key
+
+add_one(1.0)
+signature = add_one.signatures[0]
+context = current_context()
+key = object_mode_key("0" * 36, "own_cached.add_one", str(signature), context.fingerprint)
+KernelCache(context, key, source=None, object_mode=True).save_overload(
+    signature, add_one.overloads[signature])
+print(json.dumps({"numba_cache_hits": sum(add_one.stats.cache_hits.values()),
+                  "stored": context.store.load(context.fingerprint.digest, key.digest) is not None}))
+"""
+
+
+def test_code_numba_loaded_from_its_own_cache_is_neither_inspected_nor_stored(tmp_path):
+    """numba's ``get_llvm_str`` warns on code it loaded from its cache, and returns text
+    that is not the code: such a library is never inspected, digested or stored."""
+    (tmp_path / "own_cached.py").write_text(
+        "import numba\n\n@numba.njit(cache=True)\ndef add_one(x):\n    return x + 1.0\n")
+    code = OWN_CACHE_THEN_STORE.replace("sys.argv[1]", repr(str(tmp_path)))
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    compiled = run_python(code, env=env)
+    assert (compiled["numba_cache_hits"], compiled["stored"]) == (0, True), compiled
+    loaded = run_python(code.replace('"0" * 36', '"1" * 36'), env=env)
+    assert (loaded["numba_cache_hits"], loaded["stored"]) == (1, False), loaded

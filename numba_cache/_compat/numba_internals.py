@@ -10,9 +10,47 @@ import contextlib
 import threading
 
 
-def reduce_compile_result(cres) -> tuple:
-    """What numba's own cache pickles of a compile result (``CompileResult._reduce``)."""
-    return cres._reduce()
+#: The prefix of the LLVM globals that hold a function's environment pointer.
+ENVIRONMENT_GLOBAL_PREFIX = "_ZN08NumbaEnv"
+
+
+def reduce_compile_result(cres, every_environment: bool = False) -> tuple:
+    """What numba's own cache pickles of a compile result (``CompileResult._reduce``).
+
+    numba's keeps the environments the code refers to only for functions defined in a
+    module (``Environment.can_cache``); `every_environment` keeps those of functions
+    exec'd without one too (PyTensor's generated kernels), for a caller whose pickler
+    rebuilds them against a module of its own. Left out, such a function's environment
+    pointer stays NULL in a process that loads the code, and a raise with values known
+    only at run time fails there with ``RuntimeError: Error creating Python tuple from
+    runtime exception arguments`` (numba's unwrapping of the values checks the pointer).
+    """
+    reduced = cres._reduce()
+    if not every_environment:
+        return reduced
+    return (*reduced[:-1], referenced_environments(cres))
+
+
+def referenced_environments(cres) -> tuple:
+    """Every live environment the code of `cres` refers to, by name (numba's
+    ``_find_referenced_environments`` without its ``can_cache`` filter), with those it
+    was rebuilt with (a loaded library's final module is empty)."""
+    from numba.core.environment import lookup_environment
+
+    found = {environment.env_name: environment for environment in cres.referenced_envs or ()}
+    for variable in cres.library._final_module.global_variables:
+        if variable.name.startswith(ENVIRONMENT_GLOBAL_PREFIX) and variable.name not in found:
+            environment = lookup_environment(variable.name)
+            if environment is not None:
+                found[variable.name] = environment
+    return tuple(found.values())
+
+
+def inspectable(library) -> bool:
+    """Whether numba can give `library`'s code as LLVM IR: not for code it loaded from its
+    own cache (``CodeLibrary._disable_inspection``), whose ``get_llvm_str`` warns and
+    returns text that is not the code."""
+    return not library._disable_inspection
 
 
 def rebuild_compile_result(target_context, reduced: tuple, load_library=None):

@@ -132,6 +132,29 @@ def stored_libraries() -> None:
             "the linking module parsed on demand lacks the kernel's function")
 
 
+@seam("CodeLibrary._disable_inspection, CompileResult._find_referenced_environments", "numba",
+      WRITTEN_FOR, "kernels/cache.py, kernels/serialize.py")
+def inspection_and_environments() -> None:
+    """Code numba loaded from a cache is marked uninspectable where ``get_llvm_str`` looks;
+    the environments a compile result keeps are found by their globals' prefix and
+    filtered by ``can_cache`` (numba_internals keeps the filtered ones too)."""
+    from numba.core import codegen, compiler
+
+    from numba_cache._compat import numba_internals
+
+    require("self._disable_inspection = True" in inspect.getsource(
+        codegen.CodeLibrary._set_compiled_object), "loaded code is no longer marked uninspectable")
+    require("self._disable_inspection" in inspect.getsource(
+        codegen.CPUCodeLibrary._sentry_cache_disable_inspection),
+        "get_llvm_str no longer warns through _disable_inspection")
+    finder = inspect.getsource(compiler.CompileResult._find_referenced_environments)
+    require(numba_internals.ENVIRONMENT_GLOBAL_PREFIX in finder and "can_cache()" in finder,
+            "CompileResult finds its environments otherwise")
+    require(compiler.CR_FIELDS[-1] == "referenced_envs"
+            and "tuple(referenced_envs))" in inspect.getsource(compiler.CompileResult._reduce),
+            "CompileResult._reduce no longer ends with the referenced environments")
+
+
 @seam("ObjModeLiftedWith._memo/_uuid", "numba", WRITTEN_FOR, "kernels/blocks.py")
 def objmode_blocks() -> None:
     import numba

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from numba.core.caching import _Cache
 
+from numba_cache._compat import numba_internals
 from numba_cache.kernels import blocks as object_mode_blocks
 from numba_cache.kernels import (collisions, compile_ahead, op_links, replay, report, runtime,
                                  stored_library)
@@ -353,6 +354,11 @@ class KernelCache(_Cache):
             return
         verdict, llvm_ir = self._verdict, None
         served = self._verifying.pop(sig, None)
+        if (served is not None or verdict is None) and not numba_internals.inspectable(
+                cres.library):
+            # Code loaded from a cache (numba's own, or a block from this store) was not
+            # compiled here: its IR cannot be read, so it can be neither checked nor stored.
+            return
         if served is not None:
             llvm_ir = cres.library.get_llvm_str()
             if collisions.served_code_matches(self._context, self._key, served, sig, llvm_ir,

@@ -57,7 +57,8 @@ def dump_compile_result(cres, keep_environment: bool = False) -> bytes:
     """
     pickler = serialize.NumbaPickler if keep_environment else _KernelPickler
     with io.BytesIO() as buffer:
-        pickler(buffer, protocol=4).dump(numba_internals.reduce_compile_result(cres))
+        pickler(buffer, protocol=4).dump(numba_internals.reduce_compile_result(
+            cres, every_environment=not keep_environment))
         return buffer.getvalue()
 
 

@@ -1,0 +1,63 @@
+"""A kernel that raises with values known only at run time raises the same exception,
+type and message, in every process: compiled here, or loaded from the store.
+
+numba builds such an exception's arguments with a function that reads the raising
+function's environment. Its own cache leaves out the environments of functions
+exec'd without a module (all of PyTensor's generated kernels), so a process that
+loads the code finds a NULL environment and raises ``RuntimeError: Error creating
+Python tuple from runtime exception arguments`` instead (PyTensor's built-in cache
+does, in every warm process). numba_cache stores those environments too
+(``numba_internals.reduce_compile_result``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from helpers import run_python
+
+RAISE_IN_KERNELS = """
+import json, warnings
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from pytensor.compile.mode import Mode
+
+import numba_cache
+
+warnings.simplefilter("error")  # a store path that warns fails the compile, as in -W error
+x, sizes = pt.vector("x"), pt.lvector("sizes")
+cases = {
+    # The message holds run-time values (a dynamic exception, PyTensor's generated code).
+    "split sizes sum": (np.arange(5.0), np.array([1, 3])),
+    # The message is a constant (a static exception), for contrast.
+    "split sizes negative": (np.arange(5.0), np.array([6, -1])),
+}
+raised = {}
+for mode in (Mode(linker="py", optimizer="fast_run"), "NUMBA_CACHE"):
+    function = pytensor.function([x, sizes], pt.split(x, sizes, n_splits=2), mode=mode)
+    for name, arguments in cases.items():
+        try:
+            function(*arguments)
+            outcome = None
+        except Exception as exc:
+            outcome = [type(exc).__name__, str(exc)]
+        raised.setdefault(name, []).append(outcome)
+    works = function(np.arange(5.0), np.array([2, 3]))
+print(json.dumps({"raised": raised, "works": [w.tolist() for w in works],
+                  "stats": dict(numba_cache.session_stats())}))
+"""
+
+
+@pytest.mark.parametrize("link_ops", ["0", "1"], ids=["by-symbol", "op-kernels-linked"])
+def test_runtime_valued_exception_is_the_same_cold_and_warm(link_ops):
+    env = {"NBCACHE_LINK_OPS": link_ops}
+    cold = run_python(RAISE_IN_KERNELS, env=env)
+    warm = run_python(RAISE_IN_KERNELS, env=env)
+    assert warm["stats"].get("graph.hit") == 1 and "graph.miss" not in warm["stats"], warm["stats"]
+    assert "graph.miss" in cold["stats"], cold["stats"]
+    for run in (cold, warm):
+        for name, (python_mode, numba_cache_mode) in run["raised"].items():
+            assert python_mode is not None and python_mode[0] == "ValueError", (name, python_mode)
+            assert numba_cache_mode == python_mode, (name, run["stats"])
+        assert run["works"] == [[0.0, 1.0], [2.0, 3.0, 4.0]]
+    assert warm["raised"]["split sizes sum"][1] == ["ValueError", "Split sizes sum to 4; expected 5"]
