@@ -25,6 +25,8 @@ from pathlib import Path
 
 import platformdirs
 
+from numba_cache import cpu_target
+
 APP_NAME = "numba_cache"
 
 _SIZE_UNITS = {"": 1, "B": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
@@ -63,6 +65,14 @@ def parse_bool(text: str, what: str) -> bool:
     if value in _FALSE:
         return False
     raise SettingsError(f"{what}: cannot read {text!r} as a boolean; use 1 or 0")
+
+
+def _parse_target(text: str, what: str) -> str:
+    value = text.strip().lower()
+    if value not in cpu_target.TARGETS:
+        raise SettingsError(f"{what}: {text!r} is not a target; use one of "
+                            f"{', '.join(cpu_target.TARGETS)}")
+    return value
 
 
 def _parse_float(text: str, what: str) -> float:
@@ -203,6 +213,13 @@ SETTINGS: tuple[Setting, ...] = (
             "end while the graph is typed from its start (see [Separate compilation]"
             "(how-it-works.md#op-kernels-compiled-ahead))",
             "0", "on with 2 cores or more"),
+    Setting("target", "NBCACHE_TARGET", _parse_target, cpu_target.HOST,
+            "the CPU kernels are compiled for: `host` (this machine's model and features), "
+            "`portable` (a baseline of the architecture, `x86-64-v3` on x86-64: machines "
+            "of different CPU models share entries) or a baseline's name (`x86-64-v2`, "
+            "`x86-64-v4`); read once per process, before its first compile (see "
+            "[Machines of several CPU models](ci.md#machines-of-several-cpu-models))",
+            "portable", "`host`"),
     Setting("activate", "NBCACHE_ACTIVATE", parse_bool, False,
             "route every numba compile of PyTensor through the cache (obeyed as soon as "
             "PyTensor is imported; see [Use with PyMC](usage.md#use-with-pymc))",

@@ -295,3 +295,42 @@ def reinstall_registries(target_context, *registries) -> None:
     a refresh must install that one again."""
     for registry in [*target_context._registries, *registries]:
         target_context.install_registry(registry)
+
+
+def host_architecture() -> str:
+    """The architecture numba compiles for, as LLVM's process triple names it."""
+    import llvmlite.binding as llvm
+
+    return llvm.get_process_triple().split("-", 1)[0]
+
+
+def host_cpu_features() -> set[str]:
+    """The features this machine's CPU has, as LLVM reads them (``get_host_cpu_features``)."""
+    import llvmlite.binding as llvm
+
+    return {name for name, enabled in llvm.get_host_cpu_features().items() if enabled}
+
+
+def codegen_created() -> bool:
+    """Whether numba made its code generator in this process (``CPUTarget.target_context``,
+    a cached property): its target machine's CPU is fixed from then on."""
+    from numba.core.registry import cpu_target
+
+    return "_toplevel_target_context" in vars(cpu_target)
+
+
+def codegen_cpu() -> tuple[str | None, str]:
+    """The CPU name and features numba's code generator compiles for: the name as numba's
+    config holds it (the target machine does not tell), the features it was made with."""
+    from numba.core import config
+    from numba.core.registry import cpu_target
+
+    return config.CPU_NAME, cpu_target.target_context.codegen()._tm_features
+
+
+def set_codegen_cpu(name: str, features: str) -> None:
+    """Have numba's code generator, when it is made, compile for CPU `name` with `features`
+    (numba's ``NUMBA_CPU_NAME`` and ``NUMBA_CPU_FEATURES``, as its config holds them)."""
+    from numba.core import config
+
+    config.CPU_NAME, config.CPU_FEATURES = name, features

@@ -155,6 +155,27 @@ def inspection_and_environments() -> None:
             "CompileResult._reduce no longer ends with the referenced environments")
 
 
+@seam("CPUCodegen CPU choice (config.CPU_NAME/CPU_FEATURES, _tm_features), "
+      "CPUTarget._toplevel_target_context", "numba", WRITTEN_FOR, "cpu_target.py")
+def codegen_cpu() -> None:
+    """numba's code generator takes its CPU from the config when it is made, once."""
+    import functools
+
+    from numba.core import codegen, registry
+
+    require(isinstance(inspect.getattr_static(registry.CPUTarget, "_toplevel_target_context",
+                                              None), functools.cached_property),
+            "the CPU target context is no longer a cached property")
+    require("config.CPU_NAME" in inspect.getsource(codegen.CPUCodegen._get_host_cpu_name)
+            and "config.CPU_FEATURES" in inspect.getsource(
+                codegen.CPUCodegen._get_host_cpu_features),
+            "the code generator reads its CPU elsewhere than numba's config")
+    require("self._tm_features = self._customize_tm_features()" in inspect.getsource(
+        codegen.CPUCodegen._init) and "options['cpu'] = self._get_host_cpu_name()" in
+        inspect.getsource(codegen.JITCPUCodegen._customize_tm_options),
+        "the JIT target machine is made from other CPU settings")
+
+
 @seam("ObjModeLiftedWith._memo/_uuid", "numba", WRITTEN_FOR, "kernels/blocks.py")
 def objmode_blocks() -> None:
     import numba

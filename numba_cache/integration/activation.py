@@ -27,11 +27,12 @@ import it when they unpickle a function compiled through it.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 from pytensor.compile import mode as mode_module
 
-from numba_cache import settings
+from numba_cache import cpu_target, settings
 from numba_cache.integration.linker import numba_cache_mode
 
 #: The names activation replaces: (mapping or module, name), in this order.
@@ -68,6 +69,9 @@ def activate() -> None:
     global _originals
     if _originals is not None:
         return
+    with contextlib.suppress(settings.SettingsError):  # reported where the fingerprint reads it
+        # As early as can be: numba fixes its CPU when it first compiles, anyone's code.
+        cpu_target.apply(settings.read("target"))
     mode = numba_cache_mode()
     replacements = (mode.linker, mode, mode, mode)
     _originals = [namespace[name] for namespace, name in _SEAMS]

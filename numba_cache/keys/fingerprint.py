@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import metadata
 
-from numba_cache import versions
+from numba_cache import cpu_target, settings, versions
 
 _VERSIONED_PACKAGES = ("numba", "llvmlite", "numpy", "scipy", "pytensor")
 
@@ -96,6 +96,8 @@ def _pytensor_flags() -> dict:
 
 @functools.cache
 def _static_components() -> tuple:
+    # Before numba's codegen is read: the target decides the CPU name and features.
+    cpu_target.apply(settings.current().target)
     components = {
         "format_version": versions.KEY_FORMAT,
         "python": f"{sys.implementation.name}-{platform.python_version()}",
@@ -108,7 +110,8 @@ def _static_components() -> tuple:
 def current_fingerprint() -> Fingerprint:
     """The fingerprint of this process, with the PyTensor flags in force now.
 
-    Package versions, CPU and numba flags are read once per process (they cannot
+    Package versions, CPU (as the ``target`` setting decides it, :mod:`numba_cache.cpu_target`)
+    and numba flags are read once per process (they cannot
     change without a restart); PyTensor flags are re-read because
     ``config.change_flags`` can change them at any time.
     """

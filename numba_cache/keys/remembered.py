@@ -79,6 +79,7 @@ def environment_token() -> str:
         "python": sys.version,
         "packages": {name: _installed_version(name) for name in _VERSIONED_PACKAGES},
         "numba_environment": sorted((k, v) for k, v in os.environ.items() if k.startswith("NUMBA_")),
+        "target": os.environ.get("NBCACHE_TARGET"),
         "numba_config_file": _file_digest(Path.cwd() / _NUMBA_CONFIG_FILE),
         "pytensor_flags": os.environ.get("PYTENSOR_FLAGS"),
         "pytensor_config_files": {
