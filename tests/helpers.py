@@ -17,9 +17,14 @@ TESTS = Path(__file__).parent
 
 
 def child_environment(env: dict | None = None) -> dict:
-    """This process's environment, the tests and the checkout on the path, then `env`."""
+    """This process's environment, the tests and the checkout on the path, then `env`
+    (a variable given as None is unset)."""
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent)]))
-    environment.update(env or {})
+    for name, value in (env or {}).items():
+        if value is None:
+            environment.pop(name, None)
+        else:
+            environment[name] = value
     return environment
 
 

@@ -50,8 +50,9 @@ print(json.dumps({
 def machine(cpu: str | None, target: str = "host") -> dict:
     """The compile of one machine: `cpu` pretended (None: this machine's), on the test's store."""
     paths = [str(TESTS / "other_cpu"), str(TESTS), str(TESTS.parent)]
+    # The machine's CPU is the one it sees, whatever numba was told outside the test.
     env = {"PYTHONPATH": os.pathsep.join(paths), "NBCACHE_TARGET": target,
-           "NBCACHE_TEST_HOST_CPU": cpu or ""}
+           "NBCACHE_TEST_HOST_CPU": cpu or "", "NUMBA_CPU_NAME": None, "NUMBA_CPU_FEATURES": None}
     return run_python(LOGP_AND_GRADIENT, env=env)
 
 
