@@ -120,9 +120,10 @@ def report_markdown(results: dict, repeats: int) -> str:
         f"{platform.python_version()}, {os.cpu_count()} CPUs, redis-server "
         f"{results['server']['redis_version']} on loopback. Fresh processes; medians of "
         f"{repeats} repeats. *Compile* is `pytensor.function` plus the first call, "
-        "including the cache's per-machine *self-test* (a tiny probe kernel compiled and "
-        "rebuilt once per fresh local store; shown apart too); *process* is interpreter start "
-        "to exit.",
+        "including the cache's per-machine *self-test* (probe kernels compiled and rebuilt "
+        "once per fresh local store, unless Redis vouches that they passed for this "
+        "fingerprint: then only the checks that compile nothing; shown apart too); *process* "
+        "is interpreter start to exit.",
         "",
         "| case | compile (s) | of which self-test (s) | process (s) | numba compiles |",
         "|---|---:|---:|---:|---:|",
@@ -132,8 +133,8 @@ def report_markdown(results: dict, repeats: int) -> str:
         f"entries ({published.get('remote:bytes_out', 0) / 1024:.0f} KiB compressed).",
         "- local: a hit in the local store the cold run filled.",
         f"- redis: an empty local store; {remote.get('remote:hit', 0)} remote hits "
-        f"({remote.get('remote:bytes_in', 0) / 1024:.0f} KiB), written back locally. Its "
-        "numba compiles are the self-test's, not the model's kernels.",
+        f"({remote.get('remote:bytes_in', 0) / 1024:.0f} KiB, the cold run's vouch and "
+        "numba's runtime among them), written back locally.",
         "",
         f"**Redis with an empty local store / local hit: {ratios['compile_seconds'][0]:.2f}x** "
         f"(process: {ratios['process_seconds'][0]:.2f}x).  ",

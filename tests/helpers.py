@@ -87,6 +87,20 @@ def run_python(code: str, env: dict | None = None, timeout: float = 600) -> dict
     return result
 
 
+#: A child's set-up simulating numba moving a seam whose check compiles nothing
+#: (numba_cache/_compat/numba_unique_ids.py): function ids no longer drawn from _unique_ids.
+MOVED_FUNCTION_IDS = (
+    "import itertools\n"
+    "from numba.core.bytecode import FunctionIdentity\n"
+    "numba_from_function, counter = FunctionIdentity.from_function.__func__, itertools.count(1)\n"
+    "def from_function(cls, pyfunc):\n"
+    "    identity = numba_from_function(cls, pyfunc)\n"
+    "    identity.unique_id = next(counter)\n"
+    "    return identity\n"
+    "FunctionIdentity.from_function = classmethod(from_function)\n"
+)
+
+
 def without_op_loads(stats: dict) -> dict:
     """Session counters less ``op.hit``: the op kernels a stored graph kernel calls by
     symbol are loaded with it, one hit each (see numba_cache/kernels/op_links.py)."""

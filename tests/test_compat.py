@@ -14,6 +14,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from helpers import run_python
 from pytensor.tensor.variable import TensorConstant
 
 from numba_cache import _compat
@@ -32,6 +33,26 @@ def test_every_upstream_is_a_version_its_seams_were_written_for():
 @pytest.mark.parametrize("seam", SEAMS, ids=[f"{s.upstream}: {s.name}" for s in SEAMS])
 def test_the_seam_is_where_numba_cache_looks(seam):
     assert _compat.problems([seam]) == []
+
+
+def test_the_checks_a_vouch_leaves_to_run_compile_nothing():
+    """A vouch (numba_cache/store/vouches.py) skips only the seams marked ``compiles``: in a
+    fresh process, the others compile nothing and leave numba's runtime uninitialised."""
+    result = run_python("""
+        import json
+        from numba_cache import _compat
+        from numba_cache._compat import numba_internals
+        from numba_cache.evaluation.compile_events import count_numba_compiles
+        with count_numba_compiles() as cheap:
+            found = _compat.problems(_compat.all_seams(compiling=False))
+        runtime = numba_internals.runtime_initialized()
+        with count_numba_compiles() as costly:
+            found += _compat.problems([each for each in _compat.all_seams() if each.compiles])
+        print(json.dumps({"found": found, "cheap": cheap, "runtime": runtime, "costly": costly}))
+    """)
+    assert result["found"] == []
+    assert result["cheap"] == [] and result["runtime"] is False
+    assert "self_test.<locals>.probe" in result["costly"]
 
 
 def test_a_seam_check_that_fails_is_reported_with_what_moved():

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import warm_targets
-from helpers import TESTS, one_line_error, run_cli, run_python, without_op_loads
+from helpers import (MOVED_FUNCTION_IDS, TESTS, one_line_error, run_cli, run_python,
+                     without_op_loads)
 from reliability import snapshot
 
 # Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
@@ -158,6 +159,53 @@ def test_exported_cache_serves_every_graph_on_another_machine(warmed, tmp_path):
     again = run_cli("import", str(warmed.archive), "--json", env=env)
     assert again.returncode == 0
     assert json.loads(again.stdout)["present"] == warmed.export["entries"]
+
+
+IMPORT_CHILD = """
+import contextlib, io, json
+{setup}
+from numba_cache import cli
+from numba_cache.evaluation.compile_events import count_numba_compiles
+stdout, stderr = io.StringIO(), io.StringIO()
+with (count_numba_compiles() as compiled, contextlib.redirect_stdout(stdout),
+      contextlib.redirect_stderr(stderr)):
+    status = cli.main(["import", {archive!r}, "--json"])
+print(json.dumps({{"status": status, "compiled": compiled, "out": stdout.getvalue(),
+                  "err": stderr.getvalue()}}))
+"""
+
+
+def import_counting_compiles(archive: Path, env: dict, setup: str = "") -> dict:
+    """``numba-cache import ARCHIVE`` in a fresh process: its status, output (``out``, ``err``)
+    and the numba compiles it made."""
+    return run_python(IMPORT_CHILD.format(archive=str(archive), setup=setup), env=env)
+
+
+def test_an_archive_vouches_for_its_fingerprint_so_import_compiles_nothing(warmed, tmp_path):
+    """Its entries of this fingerprint come from a store where the self-test passed: the
+    seam checks that compile are left out, the others run (the next test)."""
+    env = fresh(tmp_path, "other")
+    result = import_counting_compiles(warmed.archive, env)
+    assert result["status"] == 0, result["err"]
+    assert json.loads(result["out"])["imported"] == warmed.export["entries"]
+    assert result["compiled"] == []
+    # Without the fingerprint's components, the archive vouches for nothing.
+    bare = tmp_path / "bare.tar.gz"
+    rewrite_archive(warmed.archive, bare, lambda name, data: data if name != "manifest.json" else
+                    json.dumps(json.loads(data) | {"fingerprints": {
+                        digest: None for digest in json.loads(data)["fingerprints"]}}).encode())
+    checked = import_counting_compiles(bare, fresh(tmp_path, "checked"))
+    assert checked["status"] == 0, checked["err"]
+    assert "self_test.<locals>.probe" in checked["compiled"]
+
+
+def test_a_moved_seam_refuses_the_import_of_a_vouching_archive(warmed, tmp_path):
+    env = fresh(tmp_path, "other")
+    result = import_counting_compiles(warmed.archive, env, setup=MOVED_FUNCTION_IDS)
+    assert result["status"] == 2
+    assert "cannot work in this environment" in result["err"]
+    assert "FunctionIdentity._unique_ids" in result["err"] and "nothing imported" in result["err"]
+    assert result["compiled"] == [] and listing(env) == []
 
 
 def test_import_from_another_fingerprint_imports_nothing(warmed, tmp_path):

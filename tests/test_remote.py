@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_cli, run_python
+from helpers import MOVED_FUNCTION_IDS, run_cli, run_python
 from redis_server import RedisServer, ServerUnavailable, redis_server
 from reliability import RTOL
 
+from numba_cache.store import vouches
 from numba_cache.store.remote import envelope
 
 # Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
@@ -329,6 +330,97 @@ def test_command_line_stats_list_and_clear_the_remote_tier(remote, published, tm
     cleared = run_cli("clear", "--remote", "--yes", "--json", env=env)
     assert json.loads(cleared.stdout)["deleted"] == len(names)
     assert remote_names(remote) == set()
+
+
+# A fresh local store on a warm tier: the self-test too is vouched for by the tier
+
+FRESH_CHILD = """
+import json, warnings
+import numpy as np
+{setup}
+from numba_cache._compat import numba_internals
+runtime_compiles = []
+compile_runtime = numba_internals.compile_runtime_library
+def counted(*args):  # numba's runtime is compiled by LLVM, which no compile event shows
+    runtime_compiles.append(1)
+    return compile_runtime(*args)
+numba_internals.compile_runtime_library = counted
+from numba_cache.evaluation.compile_events import count_numba_compiles
+with count_numba_compiles() as compiled:  # from the start: the self-test counts
+    import reliability
+    from numba_cache import settings
+    from numba_cache.kernels.context import current_context
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        enabled = current_context().enabled
+    result = reliability.compile_graphs({graphs!r})
+from numba_cache.store import Store
+print(json.dumps({{
+    "compiled": compiled, "runtime_compiles": len(runtime_compiles), "enabled": enabled,
+    "bits": {{name: np.asarray(value).tobytes().hex() for name, value in result["values"].items()}},
+    "values": result["values"], "expected": result["expected"],
+    "warnings": [str(w.message) for w in caught] + result["warnings"],
+    "counters": Store(settings.current()).stats()["counters"],
+    "fingerprint": result["fingerprint"],
+}}))
+"""
+
+
+def fresh_machine(store: Path, setup: str = "", **env: str) -> dict:
+    """GRAPHS compiled in a fresh process on the store `store`, counting from its start."""
+    env = {"NBCACHE_DIR": str(store), "NBCACHE_COMPILE_AHEAD": "0", **env}
+    report = run_python(FRESH_CHILD.format(setup=setup, graphs=GRAPHS), env=env)
+    for name, value in report["values"].items():
+        assert np.allclose(value, report["expected"][name], rtol=RTOL, atol=0), name
+    report["remote"] = {name.removeprefix("remote:"): value
+                        for name, value in report["counters"].items() if name.startswith("remote:")}
+    return report
+
+
+def vouch_name(remote: dict, fingerprint: str) -> str:
+    return f"{remote['prefix']}:{fingerprint}:{vouches.KEY}"
+
+
+def test_a_fresh_store_on_a_warm_tier_compiles_nothing_not_even_the_self_test(remote, tmp_path):
+    first = fresh_machine(tmp_path / "machine-a")
+    assert "self_test.<locals>.probe" in first["compiled"] and first["runtime_compiles"] == 1
+    assert remote["client"].exists(vouch_name(remote, first["fingerprint"]))
+    second = fresh_machine(tmp_path / "machine-b")
+    assert second["enabled"] and second["warnings"] == []
+    assert second["compiled"] == [] and second["runtime_compiles"] == 0
+    assert second["bits"] == first["bits"]
+    assert second["remote"]["hit"] > 0 and "miss" not in second["remote"]
+    assert "published" not in second["remote"], "the vouch was published again"
+    # The vouch was recorded locally: with the server emptied, the second machine is warm.
+    remote["client"].delete(*remote_names(remote))
+    again = fresh_machine(tmp_path / "machine-b")
+    assert again["compiled"] == [] and again["runtime_compiles"] == 0 and again["enabled"]
+    assert again["remote"]["hit"] == second["remote"]["hit"], "nothing more came from the server"
+
+
+def test_a_vouch_signed_with_another_secret_is_not_taken(remote, tmp_path):
+    other = fresh_machine(tmp_path / "other-team", NBCACHE_REMOTE_SECRET=OTHER_SECRET)
+    assert remote["client"].exists(vouch_name(remote, other["fingerprint"]))
+    ours = fresh_machine(tmp_path / "machine-b")
+    assert "self_test.<locals>.probe" in ours["compiled"] and ours["runtime_compiles"] == 1
+    assert ours["remote"]["rejected"] == other["remote"]["published"]  # the vouch among them
+    assert ours["enabled"] and ours["bits"] == other["bits"]
+    # Ours replaced theirs: a third machine of ours takes it.
+    third = fresh_machine(tmp_path / "machine-c")
+    assert third["compiled"] == [] and third["runtime_compiles"] == 0 and third["enabled"]
+
+
+def test_a_moved_seam_turns_the_cache_off_despite_a_vouch(remote, tmp_path):
+    first = fresh_machine(tmp_path / "machine-a")
+    assert remote["client"].exists(vouch_name(remote, first["fingerprint"]))
+    moved = fresh_machine(tmp_path / "machine-b", setup=MOVED_FUNCTION_IDS)
+    assert not moved["enabled"]
+    [warning] = [text for text in moved["warnings"] if "turned off" in text]
+    assert "FunctionIdentity._unique_ids" in warning
+    # Turned off before anything was asked of the server or loaded: every graph compiled.
+    assert moved["remote"] == {} and "self_test.<locals>.probe" not in moved["compiled"]
+    assert {name for name in moved["compiled"] if name.startswith("graph_")}, moved["compiled"]
+    assert not list((tmp_path / "machine-b").rglob("*.nbk"))
 
 
 # The envelope and the settings, without a server

@@ -8,7 +8,7 @@ tests/test_reliability_concurrency.py.
 from __future__ import annotations
 
 import pytest
-from helpers import run_python
+from helpers import MOVED_FUNCTION_IDS, run_python
 
 TINY_COMPILE = """
 import json, warnings
@@ -47,16 +47,7 @@ MOVED_SEAMS = {
         "    raise RuntimeError('numba API changed')\n"
         "serialize.self_test = broken\n"
     ),
-    "function ids no longer drawn from _unique_ids": (
-        "import itertools\n"
-        "from numba.core.bytecode import FunctionIdentity\n"
-        "numba_from_function, counter = FunctionIdentity.from_function.__func__, itertools.count(1)\n"
-        "def from_function(cls, pyfunc):\n"
-        "    identity = numba_from_function(cls, pyfunc)\n"
-        "    identity.unique_id = next(counter)\n"
-        "    return identity\n"
-        "FunctionIdentity.from_function = classmethod(from_function)\n"
-    ),
+    "function ids no longer drawn from _unique_ids": MOVED_FUNCTION_IDS,
 }
 
 

@@ -9,7 +9,11 @@ installed: an attribute, a signature, a local variable, a behaviour.
 
 :func:`problems` runs the checks. The self-test (:mod:`numba_cache.kernels.context`)
 calls it once per environment fingerprint (which holds every package version)
-for numba's and PyTensor's seams; nutpie's are checked when nutpie is in use:
+and store for numba's and PyTensor's seams; nutpie's are checked when nutpie is in use.
+A seam whose check compiles (a probe kernel: the only costly checks) is marked
+``compiles``; where the shared tier or an imported archive vouches that the
+checks passed for the very same fingerprint, those are skipped and the others
+still run:
 if a seam has moved, numba_cache turns itself off for the process with one
 warning naming the seam, and compiles go on uncached: a seam that cannot see what
 it needs must never guess. ``tests/test_compat.py`` runs every check, so the
@@ -41,7 +45,8 @@ class Seam:
 
     `check` raises :class:`SeamMoved` (or any error) if upstream no longer looks
     as the seam needs; `written_for` holds the ``major.minor`` versions of
-    `upstream` it was written and tested against; `used_by` names our module.
+    `upstream` it was written and tested against; `used_by` names our module;
+    `compiles` says whether the check compiles a kernel (see the module docstring).
     """
 
     name: str
@@ -49,15 +54,17 @@ class Seam:
     written_for: tuple[str, ...]
     used_by: str
     check: Callable[[], None]
+    compiles: bool = False
 
 
 SEAMS: list[Seam] = []
 
 
-def seam(name: str, upstream: str, written_for: tuple[str, ...], used_by: str):
+def seam(name: str, upstream: str, written_for: tuple[str, ...], used_by: str,
+         compiles: bool = False):
     """Decorator: register the decorated function as the check of a seam."""
     def register(check: Callable[[], None]) -> Callable[[], None]:
-        SEAMS.append(Seam(name, upstream, written_for, used_by, check))
+        SEAMS.append(Seam(name, upstream, written_for, used_by, check, compiles))
         return check
     return register
 
@@ -78,14 +85,16 @@ def is_written_for(version: str | None, written_for: tuple[str, ...]) -> bool:
     return version is not None and version.startswith(tuple(f"{v}." for v in written_for))
 
 
-def all_seams(with_nutpie: bool = False) -> list[Seam]:
+def all_seams(with_nutpie: bool = False, compiling: bool = True) -> list[Seam]:
     """numba's and PyTensor's seams; nutpie's too if asked (importing nutpie takes a second,
-    so the recogniser checks them itself, when nutpie is in use)."""
+    so the recogniser checks them itself, when nutpie is in use); without those whose
+    check compiles unless `compiling`."""
     from numba_cache._compat import numba_seams, pytensor_seams  # noqa: F401 - registration
 
     if with_nutpie:
         from numba_cache._compat import nutpie_seams  # noqa: F401 - registration
-    return [each for each in SEAMS if with_nutpie or each.upstream != "nutpie"]
+    return [each for each in SEAMS if (with_nutpie or each.upstream != "nutpie")
+            and (compiling or not each.compiles)]
 
 
 def problems(seams: list[Seam] | None = None) -> list[str]:

@@ -15,14 +15,16 @@ __all__ = ["numba_unique_ids"]  # its seam registers on import
 WRITTEN_FOR = ("0.68",)
 
 
-@seam("CompileResult._reduce/_rebuild", "numba", WRITTEN_FOR, "kernels/serialize.py")
+@seam("CompileResult._reduce/_rebuild", "numba", WRITTEN_FOR, "kernels/serialize.py",
+      compiles=True)
 def compile_results() -> None:
     from numba_cache.kernels.serialize import self_test
 
     self_test()  # compiles, serializes, rebuilds and calls a tiny kernel
 
 
-@seam("CPUCodeLibrary._optimize_final_module", "numba", WRITTEN_FOR, "kernels/self_contained.py")
+@seam("CPUCodeLibrary._optimize_final_module", "numba", WRITTEN_FOR, "kernels/self_contained.py",
+      compiles=True)
 def final_module_hook() -> None:
     import numba
 
@@ -92,7 +94,8 @@ def dispatcher_cache() -> None:
 
 
 @seam("CPUCodeLibrary._unserialize steps, _get_module_for_linking, JitEngine._defined_symbols",
-      "numba", WRITTEN_FOR, "kernels/stored_library.py, _compat/numba_internals.py")
+      "numba", WRITTEN_FOR, "kernels/stored_library.py, _compat/numba_internals.py",
+      compiles=True)
 def stored_libraries() -> None:
     """A kernel loaded as a StoredLibrary (the self-test calls one) records the symbols
     numba's loader would register, and hands its linking module to whatever links it.
@@ -222,7 +225,7 @@ def _symbol_call_probe() -> tuple:
 
 
 @seam("calls by symbol (call_conv, fndesc.mangled_name)", "numba", WRITTEN_FOR,
-      "kernels/symbol_calls.py, kernels/graph_body.py, kernels/op_links.py")
+      "kernels/symbol_calls.py, kernels/graph_body.py, kernels/op_links.py", compiles=True)
 def calls_by_symbol() -> None:
     from numba_cache._compat import numba_internals
 
@@ -235,7 +238,8 @@ def calls_by_symbol() -> None:
 
 
 @seam("CPUCallConv.call_function (_get_arg_packer, _get_return_status, excinfo_t)", "numba",
-      WRITTEN_FOR, "_compat/numba_internals.py (call_reusing_slots), kernels/graph_body.py")
+      WRITTEN_FOR, "_compat/numba_internals.py (call_reusing_slots), kernels/graph_body.py",
+      compiles=True)
 def call_function_steps() -> None:
     """call_reusing_slots repeats call_function's steps with slots of its own: they must
     still be these (the probe's caller ran through it and gave the right value)."""
@@ -272,7 +276,7 @@ def runtime_library() -> None:
 
 
 @seam("CPUCodeLibrary._optimize_functions, _linking_libraries", "numba", WRITTEN_FOR,
-      "kernels/glue.py")
+      "kernels/glue.py", compiles=True)
 def glue_library() -> None:
     _, glue, _ = _symbol_call_probe()
     require(type(glue.library).__name__ == "GlueLibrary" and glue.library.only_calls(),
@@ -281,7 +285,7 @@ def glue_library() -> None:
 
 
 @seam("BaseContext.refresh (typing, target), _registries, builtin_registry.globals", "numba",
-      WRITTEN_FOR, "_compat/numba_internals.py (lean_refresh), kernels/glue.py")
+      WRITTEN_FOR, "_compat/numba_internals.py (lean_refresh), kernels/glue.py", compiles=True)
 def lean_refresh() -> None:
     """A graph function compiles with numba's registries installed leanly; where that
     fails, it is compiled again after numba's full refresh (slower, same code)."""

@@ -84,16 +84,27 @@ def _self_test_passed(context: CacheContext) -> bool:
     entries (which is also what lets ``numba-cache explain`` name a changed
     component), so warm processes pay one small read. The fingerprint holds every
     package version, so new upstream versions are checked again.
+
+    A new store whose remote tier vouches for the fingerprint (:mod:`numba_cache.store.vouches`)
+    runs only the checks that compile nothing: the others would compile the same
+    probes with the same packages, CPU and settings as the process that vouched.
+    So a fresh CI job on a warm tier compiles nothing at all (numba's runtime comes
+    from the tier too, at the first lookup). The cheap checks run first, so a moved
+    seam turns the cache off before anything is loaded, vouch or not.
     """
     store, fingerprint = context.store, context.fingerprint
     if store.fingerprint_components(fingerprint.digest) is not None:
         return True
-    from numba.core.registry import cpu_target
+    found = _compat.problems(_compat.all_seams(compiling=False))
+    vouched = not found and store.vouched(fingerprint.digest)
+    compiled_runtime = None
+    if not found and not vouched:
+        from numba.core.registry import cpu_target
 
-    # Before the seams compile anything (numba would compile its runtime, unstored);
-    # stored only once they are found in place.
-    compiled_runtime = runtime.initialize(context, cpu_target.target_context, save=False)
-    found = _compat.problems()
+        # Before the seams compile anything (numba would compile its runtime, unstored);
+        # stored only once they are found in place.
+        compiled_runtime = runtime.initialize(context, cpu_target.target_context, save=False)
+        found = _compat.problems([each for each in _compat.all_seams() if each.compiles])
     if found:
         warnings.warn(
             "numba_cache is turned off for this process: " + "; ".join(found)
@@ -104,6 +115,8 @@ def _self_test_passed(context: CacheContext) -> bool:
         )
         return False
     store.record_fingerprint(fingerprint.digest, fingerprint.components)
+    if not vouched:
+        store.vouch(fingerprint.digest, fingerprint.components)
     if compiled_runtime is not None:
         runtime.store(context, compiled_runtime)
     return True

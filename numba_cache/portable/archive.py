@@ -168,7 +168,7 @@ def import_archive(
         else:
             wanted[_member(item["fingerprint"], item["key"], ".nbk")] = (item, outcome)
     if wanted:
-        _check_numba(store, current)
+        _check_numba(store, current, vouched=bool(manifest["fingerprints"].get(current.digest)))
     for done, (name, data, source) in enumerate(_wanted_files(path, wanted)):
         progress(done, len(wanted))
         item, outcome = wanted[name]
@@ -191,15 +191,21 @@ def import_archive(
     return ImportReport(manifest, outcomes)
 
 
-def _check_numba(store: Store, current: Fingerprint) -> None:
-    """Check the upstream seams here (a tiny kernel's round trip among them), as the first
-    compile in a new store would, and record the fingerprint that marks it done:
-    imported kernels are then loaded by processes that compile nothing at all."""
+def _check_numba(store: Store, current: Fingerprint, vouched: bool) -> None:
+    """Check the upstream seams here, as the first compile in a new store would, and record
+    the fingerprint that marks it done: imported kernels are then loaded by processes
+    that compile nothing at all.
+
+    An archive holding this fingerprint's entries and components (`vouched`) comes
+    from a store where the self-test passed for it, so the checks that compile (a
+    tiny kernel's round trip) are left out, as a vouch on the shared tier does
+    (:mod:`numba_cache.store.vouches`); the others run.
+    """
     if store.fingerprint_components(current.digest) is not None:
         return
     from numba_cache import _compat  # imports numba and PyTensor: only on import
 
-    found = _compat.problems()
+    found = _compat.problems(_compat.all_seams(compiling=not vouched))
     if found:
         raise ArchiveError(f"numba_cache cannot work in this environment ({'; '.join(found)}); "
                            "nothing imported")

@@ -55,6 +55,12 @@ class NullStore:
     def record_fingerprint(self, fingerprint: str, components: dict) -> None:
         pass
 
+    def vouch(self, fingerprint: str, components: dict) -> None:
+        pass
+
+    def vouched(self, fingerprint: str) -> bool:
+        return False
+
     def completed_registry(self, fingerprint: str, partial: str) -> str | None:
         return None
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..settings import Settings
-from . import checkpoints, record
+from . import checkpoints, record, vouches
 from .entry import Entry, check_address, check_name
 from .eviction import EVICTION_TARGET
 from .index import Index
@@ -227,6 +227,21 @@ class Store(Maintenance):
             return entry
         self._index.insert(entry, entry.size, time.time())
         return entry
+
+    def vouch(self, fingerprint: str, components: dict) -> None:
+        """Publish to the remote tier, if any, that the self-test passed for `fingerprint`
+        (:mod:`.vouches`)."""
+        if self.remote is not None:
+            self.remote.publish(fingerprint, vouches.KEY, vouches.encode(fingerprint, components),
+                                None)
+
+    def vouched(self, fingerprint: str) -> bool:
+        """Whether the remote tier holds a vouch for `fingerprint` signed with our secret."""
+        if self.remote is None:
+            return False
+        fetched = self.remote.fetch(fingerprint, vouches.KEY,
+                                    functools.partial(vouches.decode, fingerprint))
+        return fetched is not None
 
     def _discard_corrupt(self, fingerprint: str, key: str, problem: Exception) -> None:
         warn_once(("corrupt", str(self.root), fingerprint, key), f"numba_cache: ignoring the "

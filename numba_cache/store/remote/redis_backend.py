@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterator
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ..entry import is_sha256_hex
 from .failures import RemoteFailure, RemoteTimeout
@@ -68,13 +70,17 @@ class RedisBackend:
         self.prefix = prefix
         self.ttl = int(ttl)
         self.readonly = readonly
-        # No retries: a failed call opens the tier's circuit breaker instead.
+        # No retries: a failed call opens the tier's circuit breaker instead. Said outright:
+        # redis-py's default policy changed in 6.0 (retry_on_timeout is deprecated since).
+        # RESP2, as redis-py 5 speaks it by default: redis-py 8 would open each connection
+        # with HELLO (RESP3), which servers before Redis 6 refuse.
         self.client = redis.Redis.from_url(
             url,
             socket_connect_timeout=connect_timeout,
             socket_timeout=timeout,
-            retry_on_timeout=False,
+            retry=Retry(NoBackoff(), 0),
             health_check_interval=0,
+            protocol=2,
         )
 
     def name(self, fingerprint: str, key: str) -> str:
