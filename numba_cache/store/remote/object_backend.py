@@ -23,6 +23,7 @@ import contextlib
 import datetime
 import functools
 import os
+import re
 import urllib.parse
 from collections.abc import Iterator
 
@@ -42,12 +43,14 @@ LIST_BATCH = 1000
 #: What a store says when the bucket itself is missing, on a read that would
 #: otherwise be a miss (S3, Azure, GCS): a fault to report, not an empty cache.
 _NO_BUCKET = ("NoSuchBucket", "ContainerNotFound", "bucket does not exist")
+_URL_PATH = re.compile(r"(https?://[^/\s]+)/\S*")
 
 
 def _summary(error: BaseException) -> str:
-    """The first line of obstore's message, without the server's XML body: a warning's worth."""
+    """The first line of obstore's message, without the server's XML body or the object's
+    path in URLs (the host says which store): a warning's worth."""
     text = str(error).splitlines()[0] if str(error) else type(error).__name__
-    return text.split(": <", 1)[0][:300]
+    return _URL_PATH.sub(r"\1/...", text.split(": <", 1)[0])[:300]
 
 
 def _missing_bucket(error: BaseException) -> bool:
