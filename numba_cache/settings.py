@@ -112,9 +112,12 @@ def _parse_remote_url(text: str, what: str) -> str:
         raise SettingsError(
             f"{what}: {text!r} is not a remote cache URL ({named} of ours); use {_REMOTE_FORMS}"
         )
-    if scheme.lower() in OBJECT_SCHEMES and not rest.split("/", 1)[0]:
+    bucket = rest.split("/", 1)[0]
+    if scheme.lower() in OBJECT_SCHEMES and not _BUCKET_RE.fullmatch(bucket):
+        named = f"{bucket!r} is not a bucket name" if bucket else "it names no bucket"
         raise SettingsError(
-            f"{what}: {text!r} names no bucket; use {scheme}://bucket/path (the path is optional)"
+            f"{what}: {text!r}: {named}; use {scheme}://bucket/path (the path is optional; "
+            "bucket names are letters, digits, dots, dashes and underscores)"
         )
     return url
 
@@ -144,6 +147,7 @@ def parse_duration(text: str, what: str = "duration", kind: str = "a duration") 
 
 
 _PREFIX_RE = re.compile(r"[A-Za-z0-9._/-]+")
+_BUCKET_RE = re.compile(r"[A-Za-z0-9._-]+")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdwSMHDW]?)\s*$")
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 

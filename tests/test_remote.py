@@ -300,6 +300,7 @@ def test_an_envelope_that_would_inflate_past_the_limit_is_refused():
 @pytest.mark.parametrize("variable, value, message", [
     ("NBCACHE_REMOTE", "http://cache:6379", "is not a remote cache URL"),
     ("NBCACHE_REMOTE", "s3:///prefix", "names no bucket"),
+    ("NBCACHE_REMOTE", "s3://my bucket/prefix", "'my bucket' is not a bucket name"),
     ("NBCACHE_REMOTE_PREFIX", "a b*", "cannot be a key prefix"),
     ("NBCACHE_REMOTE_TTL", "soon", "cannot read 'soon' as a duration"),
     ("NBCACHE_REMOTE_TIMEOUT", "0", "must be positive"),

@@ -105,7 +105,8 @@ def test_a_failing_store_degrades_to_local_with_one_warning(bucket, tmp_path, fa
     with endpoint() as url:
         report = machine(tmp_path / "store", GRAPHS, AWS_ENDPOINT_URL=url)
     assert set(report["values"]) == set(GRAPHS) and report["compiled"]
-    failures = {name: n for name, n in report["remote"].items() if name in ("error", "timeout", "bug")}
+    failures = {name: n for name, n in report["remote"].items()
+                if name in ("error", "timeout", "bug")}
     assert failures == {counter: 1}, report["remote"]  # then the breaker keeps it out
     [warning] = remote_warnings(report)
     assert "using the local cache only" in warning and said in warning, warning

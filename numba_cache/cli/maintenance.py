@@ -109,7 +109,8 @@ def prune_limits(args) -> tuple[int | None, float | None]:
     entries go (None: not given); CliError if neither is given."""
     if args.max_size is None and args.older_than is None:
         raise CliError("prune needs --max-size, --older-than or both")
-    max_size = None if args.max_size is None else settings_module.parse_size(args.max_size, "--max-size")
+    max_size = (None if args.max_size is None
+                else settings_module.parse_size(args.max_size, "--max-size"))
     age = (None if args.older_than is None
            else settings_module.parse_duration(args.older_than, "--older-than", kind="an age"))
     return max_size, None if age is None else time.time() - age

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import functools
 import os
 import re
 import urllib.parse
@@ -33,7 +32,7 @@ from obstore.store import from_url
 
 from ...settings import parse_bool
 from ..entry import is_sha256_hex
-from .failures import RemoteFailure, RemoteTimeout
+from .failures import RemoteFailure, RemoteTimeout, typed_failures
 
 #: The variable allowing plain HTTP for each scheme (a local S3-compatible server).
 #: obstore reads it only when given no client options, and we give some: the timeouts.
@@ -76,12 +75,7 @@ def _store_failures() -> Iterator[None]:
         raise (RemoteTimeout if _is_timeout(error) else RemoteFailure)(what) from error
 
 
-def _typed_failures(method):
-    @functools.wraps(method)
-    def call(*args, **kwargs):
-        with _store_failures():
-            return method(*args, **kwargs)
-    return call
+_typed_failures = typed_failures(_store_failures)
 
 
 class ObjectBackend:

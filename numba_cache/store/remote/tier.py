@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ...settings import OBJECT_SCHEMES, Settings, SettingsError
+from ...settings import OBJECT_SCHEMES, Settings
 from ..notices import warn_once
 from . import envelope
 from .breaker import Breaker
@@ -102,39 +102,31 @@ def open_tier(settings: Settings, count: Callable[[str, str, int], None]) -> Rem
     """
     secret = read_secret(settings)
     scheme = urllib.parse.urlsplit(settings.remote).scheme.lower()
-    backend = (_object_backend if scheme in OBJECT_SCHEMES else _redis_backend)(settings)
-    return RemoteTier(settings, secret, backend, count)
+    options = {"connect_timeout": settings.remote_connect_timeout,
+               "timeout": settings.remote_timeout, "readonly": settings.remote_readonly}
+    make = _object_backend if scheme in OBJECT_SCHEMES else _redis_backend
+    return RemoteTier(settings, secret, make(settings, options), count)
 
 
-def _redis_backend(settings: Settings):
+def _redis_backend(settings: Settings, options: dict):
     try:
         from .redis_backend import RedisBackend
     except ImportError:
         raise _missing_client(settings, "redis", "remote") from None
-    return RedisBackend(
-        settings.remote,
-        settings.remote_prefix,
-        ttl=settings.remote_ttl,
-        connect_timeout=settings.remote_connect_timeout,
-        timeout=settings.remote_timeout,
-        readonly=settings.remote_readonly,
-    )
+    return RedisBackend(settings.remote, settings.remote_prefix, ttl=settings.remote_ttl,
+                        **options)
 
 
-def _object_backend(settings: Settings):
+def _object_backend(settings: Settings, options: dict):
     try:
         from .object_backend import ObjectBackend
     except ImportError:
         raise _missing_client(settings, "obstore", "s3") from None
     try:
-        return ObjectBackend(
-            settings.remote,
-            settings.remote_prefix,
-            connect_timeout=settings.remote_connect_timeout,
-            timeout=settings.remote_timeout,
-            readonly=settings.remote_readonly,
-        )
-    except (RemoteFailure, SettingsError) as problem:  # obstore refused the URL or its config
+        return ObjectBackend(settings.remote, settings.remote_prefix, **options)
+    # obstore refused the URL (ValueError) or its configuration (its errors, or ours
+    # about an environment variable: SettingsError is a ValueError).
+    except (RemoteFailure, ValueError) as problem:
         raise RemoteConfigError(
             f"the remote cache {display_url(settings.remote)} is not used: {problem}"
         ) from None
