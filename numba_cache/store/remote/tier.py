@@ -111,8 +111,8 @@ def open_tier(settings: Settings, count: Callable[[str, str, int], None]) -> Rem
 def _redis_backend(settings: Settings, options: dict):
     try:
         from .redis_backend import RedisBackend
-    except ImportError:
-        raise _missing_client(settings, "redis", "remote") from None
+    except ModuleNotFoundError as error:
+        raise _missing_client(settings, error, "redis", "remote") from None
     return RedisBackend(settings.remote, settings.remote_prefix, ttl=settings.remote_ttl,
                         **options)
 
@@ -120,8 +120,8 @@ def _redis_backend(settings: Settings, options: dict):
 def _object_backend(settings: Settings, options: dict):
     try:
         from .object_backend import ObjectBackend
-    except ImportError:
-        raise _missing_client(settings, "obstore", "s3") from None
+    except ModuleNotFoundError as error:
+        raise _missing_client(settings, error, "obstore", "s3") from None
     try:
         return ObjectBackend(settings.remote, settings.remote_prefix, **options)
     # obstore refused the URL (ValueError) or its configuration (its errors, or ours
@@ -132,11 +132,16 @@ def _object_backend(settings: Settings, options: dict):
         ) from None
 
 
-def _missing_client(settings: Settings, package: str, extra: str) -> RemoteConfigError:
-    return RemoteConfigError(
-        f"the remote cache {display_url(settings.remote)} is not used: the {package} "
-        f"package is not installed (pip install 'numba_cache[{extra}]')"
-    )
+def _missing_client(
+    settings: Settings, error: ModuleNotFoundError, package: str, extra: str
+) -> RemoteConfigError:
+    where = display_url(settings.remote)
+    if error.name is None or error.name.partition(".")[0] != package:
+        # Another module is missing: not the user's to install, but a broken installation.
+        return RemoteConfigError(f"the remote cache {where} is not used: {error} "
+                                 "(numba_cache is installed incompletely; please report it)")
+    return RemoteConfigError(f"the remote cache {where} is not used: the {package} package "
+                             f"is not installed (pip install 'numba_cache[{extra}]')")
 
 
 def open_tier_for_store(settings: Settings, count: Callable[[str, str, int], None]) -> RemoteTier | None:
