@@ -107,12 +107,27 @@ def parse_count(text: str | int, what: str) -> int:
     return value
 
 
+#: URL schemes of the remote tier: a Redis server, or a bucket of an object store.
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+OBJECT_SCHEMES = ("s3", "gs", "az")
+_REMOTE_FORMS = ("redis://host:port/db (rediss:// for TLS, unix:///path/to/socket), "
+                 "or a bucket: s3://bucket/path, gs://bucket/path, az://container/path")
+
+
 def _parse_remote_url(text: str, what: str) -> str:
     url = text.strip()
-    if not url.startswith(("redis://", "rediss://", "unix://")):
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme.lower() not in REDIS_SCHEMES + OBJECT_SCHEMES:
+        named = f"its scheme {scheme + '://'!r} is not one" if separator else "it has no scheme"
         raise SettingsError(
-            f"{what}: {text!r} is not a Redis URL; use redis://host:port/db "
-            "(rediss:// for TLS, unix:///path/to/socket)"
+            f"{what}: {text!r} is not a remote cache URL ({named} of ours); use {_REMOTE_FORMS}"
+        )
+    bucket = rest.split("/", 1)[0]
+    if scheme.lower() in OBJECT_SCHEMES and not _BUCKET_RE.fullmatch(bucket):
+        named = f"{bucket!r} is not a bucket name" if bucket else "it names no bucket"
+        raise SettingsError(
+            f"{what}: {text!r}: {named}; use {scheme}://bucket/path (the path is optional; "
+            "bucket names are letters, digits, dots, dashes and underscores)"
         )
     return url
 
@@ -142,6 +157,7 @@ def parse_duration(text: str, what: str = "duration", kind: str = "a duration") 
 
 
 _PREFIX_RE = re.compile(r"[A-Za-z0-9._/-]+")
+_BUCKET_RE = re.compile(r"[A-Za-z0-9._-]+")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdwSMHDW]?)\s*$")
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -225,7 +241,8 @@ SETTINGS: tuple[Setting, ...] = (
             "PyTensor is imported; see [Use with PyMC](usage.md#use-with-pymc))",
             "1", "off", python="numba_cache.activate()"),
     Setting("remote", "NBCACHE_REMOTE", _parse_remote_url, None,
-            "server (`redis://`, `rediss://`, `unix://`)", "redis://cache-host:6379/0",
+            "Redis server (`redis://`, `rediss://`, `unix://`) or bucket (`s3://`, `gs://`, "
+            "`az://`)", "redis://cache-host:6379/0",
             "none: local only", group="remote"),
     Setting("remote_secret", "NBCACHE_REMOTE_SECRET", lambda text, what: text, None,
             "shared secret (16 bytes or more)", "...", "none: the tier does not start",
@@ -239,7 +256,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("remote_readonly", "NBCACHE_REMOTE_READONLY", parse_bool, False,
             "never write (untrusted jobs)", "1", "off", group="remote"),
     Setting("remote_ttl", "NBCACHE_REMOTE_TTL", parse_duration, 30 * 86400.0,
-            "expiry, renewed by each hit (`0`: never)", "30d", "30 days", group="remote"),
+            "expiry on Redis, renewed by each hit (`0`: never); buckets have none", "30d",
+            "30 days", group="remote"),
     Setting("remote_max_size", "NBCACHE_REMOTE_MAX_SIZE", parse_size, 64 * 1024**2,
             "largest entry sent (larger ones stay local)", "64M", "64 MiB", group="remote"),
     # A compile must never wait for a slow or vanished server for long.

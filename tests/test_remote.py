@@ -1,10 +1,8 @@
 """The shared tier on a real redis-server: "machines" are processes with their own local stores.
 
-Each test runs fresh processes (``run_python``) that compile small graphs through
-the cache against one server on loopback, and reads what they compiled (numba's
-compile events), what they computed, and the counters they left in their store.
-Every child first runs the cache's per-machine self-test (a tiny probe kernel,
-outside the counted compiles): it checks this machine's numba, not the cache.
+Each test runs fresh processes (``remote_machines.machine``) that compile small graphs
+through the cache against one server on loopback, and reads what they compiled, what
+they computed, and the counters they left in their store.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,69 +18,13 @@ import pytest
 from helpers import MOVED_FUNCTION_IDS, run_cli, run_python
 from redis_server import RedisServer, ServerUnavailable, redis_server
 from reliability import RTOL
+from remote_machines import GRAPHS, OTHER_SECRET, SECRET, machine, unavailable
 
 from numba_cache.store import vouches
 from numba_cache.store.remote import envelope
 
 # Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
 pytestmark = pytest.mark.slow
-
-SECRET = "test-secret-0123456789abcdef"
-OTHER_SECRET = "another-team-secret-0123456789"
-GRAPHS = ["sumexp", "tanh"]
-
-CHILD = """
-import json, os, signal, time
-import numba_cache, reliability
-from numba_cache import settings
-from numba_cache.evaluation.compile_events import count_numba_compiles
-from numba_cache.kernels.context import current_context
-from numba_cache.store import Store
-
-current_context()  # the per-machine self-test, before counting
-report = {{"compiled": [], "values": {{}}, "expected": {{}}, "warnings": []}}
-for step in {steps!r}:
-    if step.startswith("signal "):  # "signal <name>": done to the server, mid-run
-        pid = int(os.environ["REDIS_PID"])
-        os.kill(pid, getattr(signal, step.split()[1]))
-        while open(f"/proc/{{pid}}/stat").read().split()[2] not in "TZX":
-            time.sleep(0.01)  # until it is stopped or dead
-        continue
-    if step == "bug":  # numba_cache's own remote code failing, not the server
-        from numba_cache.store.remote.redis_backend import RedisBackend
-        def broken(self, fingerprint, key):
-            raise TypeError("a bug")
-        RedisBackend.get = broken
-        continue
-    with count_numba_compiles() as compiled:
-        result = reliability.compile_graphs([step])
-    report["compiled"] += compiled
-    report["values"] |= result["values"]
-    report["expected"] |= result["expected"]
-    report["warnings"] += result["warnings"]
-    report.setdefault("lookups", {{}}).update(result["lookups"])
-report["counters"] = Store(settings.current()).stats()["counters"]
-report["fingerprint"] = result["fingerprint"]
-print(json.dumps(report))
-"""
-
-
-def machine(store: Path, steps: list[str], **env: str) -> dict:
-    """Run `steps` (graph names, or ``signal <NAME>`` to the server) in a fresh process.
-
-    Its compiles and the server's counters are those of one process: no helper compiles
-    ahead (numba_cache/kernels/compile_ahead.py) unless `env` asks for one.
-    """
-    env = {"NBCACHE_DIR": str(store), "NBCACHE_COMPILE_AHEAD": "0", **env}
-    report = run_python(CHILD.format(steps=steps), env=env)
-    for name, value in report["values"].items():
-        assert np.allclose(value, report["expected"][name], rtol=RTOL, atol=0), name
-    report["remote"] = {
-        name.removeprefix("remote:"): value
-        for name, value in report["counters"].items()
-        if name.startswith("remote:")
-    }
-    return report
 
 
 @contextlib.contextmanager
@@ -93,14 +34,8 @@ def start_server(directory: Path) -> Iterator[RedisServer]:
         try:
             running = stack.enter_context(redis_server(directory))
         except ServerUnavailable as problem:
-            _unavailable(problem)
+            unavailable("redis-server", problem)
         yield running
-
-
-def _unavailable(problem: Exception):
-    if os.environ.get("CI"):
-        pytest.fail(f"cannot start redis-server, needed by the remote tier tests: {problem}")
-    pytest.skip(f"REMOTE TIER NOT TESTED: cannot start redis-server ({problem})")
 
 
 @pytest.fixture(scope="module")
@@ -325,6 +260,10 @@ def test_command_line_stats_list_and_clear_the_remote_tier(remote, published, tm
     hits = json.loads(run_cli("stats", "--json", env=env).stdout)["counters"]["remote:hit"]
     [row] = [line for line in run_cli("stats", env=env).stdout.splitlines() if line.startswith("remote")]
     assert f"{hits} hits, 0 misses, 0 errors" in row
+    dry = json.loads(run_cli("prune", "--remote", "--max-size", "0", "--dry-run", "--json",
+                             env=env).stdout)
+    assert len(dry["evicted"]) == len(names) and dry["remaining_bytes"] == 0
+    assert remote_names(remote) == set(names), "a dry run deleted something"
     readonly = run_cli("clear", "--remote", "--yes", env=env | {"NBCACHE_REMOTE_READONLY": "1"})
     assert readonly.returncode == 2 and "NBCACHE_REMOTE_READONLY" in readonly.stderr
     cleared = run_cli("clear", "--remote", "--yes", "--json", env=env)
@@ -453,7 +392,9 @@ def test_an_envelope_that_would_inflate_past_the_limit_is_refused():
 
 
 @pytest.mark.parametrize("variable, value, message", [
-    ("NBCACHE_REMOTE", "http://cache:6379", "is not a Redis URL"),
+    ("NBCACHE_REMOTE", "http://cache:6379", "is not a remote cache URL"),
+    ("NBCACHE_REMOTE", "s3:///prefix", "names no bucket"),
+    ("NBCACHE_REMOTE", "s3://my bucket/prefix", "'my bucket' is not a bucket name"),
     ("NBCACHE_REMOTE_PREFIX", "a b*", "cannot be a key prefix"),
     ("NBCACHE_REMOTE_TTL", "soon", "cannot read 'soon' as a duration"),
     ("NBCACHE_REMOTE_TIMEOUT", "0", "must be positive"),

@@ -4,11 +4,12 @@ One module per group of commands: :mod:`.info` (``dir``, ``stats``,
 ``fingerprint``), :mod:`.entries` (``list``, ``show``), :mod:`.maintenance`
 (``clear``, ``prune``, ``verify``), :mod:`.explain` (``explain``) and
 :mod:`.portable` (``warm``, ``export``, ``import``); :mod:`.remote` adds
-``--remote`` (the shared tier on Redis) to ``stats``, ``list`` and ``clear``; :mod:`.startup`
-(``startup``) installs the hook that activates numba_cache in every process; ``demo`` runs
-:mod:`numba_cache.evaluation.demo`. All of them work through the store's public API. Every
-command but ``demo`` takes ``--json`` (field names in docs/cli.md) and
-``-v``/``--verbose`` (``-vv``: debug, every lookup with its key components).
+``--remote`` (the shared tier: Redis or a bucket) to ``stats``, ``list``, ``clear`` and
+``prune``; :mod:`.startup` (``startup``) installs the hook that activates numba_cache in
+every process; ``demo`` runs :mod:`numba_cache.evaluation.demo`. All of them work
+through the store's public API. Every command but ``demo`` takes ``--json`` (field names
+in docs/cli.md) and ``-v``/``--verbose`` (``-vv``: debug, every lookup with its key
+components).
 
 Exit status: 0 done; 1 done, with something to report (``verify`` found
 problems or a key collision, ``clear`` deleted less than asked or was declined, the

@@ -104,15 +104,22 @@ def command_clear(args) -> int:
     return 0 if len(deleted) == len(chosen) else 1
 
 
-def command_prune(args) -> int:
+def prune_limits(args) -> tuple[int | None, float | None]:
+    """``(max_size, cutoff)`` of ``prune``: bytes to fit in, and the Unix time before which
+    entries go (None: not given); CliError if neither is given."""
     if args.max_size is None and args.older_than is None:
         raise CliError("prune needs --max-size, --older-than or both")
-    max_size = None if args.max_size is None else settings_module.parse_size(args.max_size, "--max-size")
+    max_size = (None if args.max_size is None
+                else settings_module.parse_size(args.max_size, "--max-size"))
     age = (None if args.older_than is None
            else settings_module.parse_duration(args.older_than, "--older-than", kind="an age"))
+    return max_size, None if age is None else time.time() - age
+
+
+def command_prune(args) -> int:
+    max_size, cutoff = prune_limits(args)
     store = open_store(write=not args.dry_run)
     listing = {(entry.fingerprint, entry.key): entry for entry in store.entries()}
-    cutoff = None if age is None else time.time() - age
     evicted = store.evict_to(max_size, last_used_before=cutoff, dry_run=args.dry_run)
     gone = [listing[address] for address in evicted if address in listing]
     gone_bytes = sum(entry.size for entry in gone)

@@ -1,8 +1,8 @@
-"""``--remote`` for ``stats``, ``list`` and ``clear``: the shared tier on Redis.
+"""``--remote`` for ``stats``, ``list``, ``clear`` and ``prune``: the shared tier.
 
 Adds the flag to the commands the other modules define, and runs the remote
-variant when it is given. The server is asked directly (it is not mirrored
-locally); its failures are one-line errors like any other.
+variant when it is given, on Redis or a bucket alike. The server is asked directly
+(it is not mirrored locally); its failures are one-line errors like any other.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections import defaultdict
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import CliError, confirm, fingerprint_prefix
 from numba_cache.cli.formatting import human_age, human_size, plural, table
+from numba_cache.cli.maintenance import prune_limits
 from numba_cache.keys.components import DIGEST_DIGITS
 from numba_cache.keys.remembered import this_environment
 from numba_cache.store.remote import RemoteConfigError, RemoteTier, open_tier
@@ -21,10 +22,11 @@ from numba_cache.store.remote import RemoteConfigError, RemoteTier, open_tier
 
 def register(commands, common) -> None:
     for name, remote_handler in (("stats", remote_stats), ("list", remote_list),
-                                 ("clear", remote_clear)):
+                                 ("clear", remote_clear), ("prune", remote_prune)):
         parser = commands.choices[name]
         parser.add_argument("--remote", action="store_true",
-                            help="the shared tier on Redis (NBCACHE_REMOTE), not the local store")
+                            help="the shared tier (NBCACHE_REMOTE: Redis or a bucket), not the "
+                            "local store")
         parser.set_defaults(handler=_either(parser.get_default("handler"), remote_handler))
 
 
@@ -39,7 +41,8 @@ def open_remote() -> RemoteTier:
     """The remote tier of the settings in force; CliError when there is none or it cannot start."""
     current = settings_module.current()
     if current.remote is None:
-        raise CliError("no remote cache configured: set NBCACHE_REMOTE=redis://host:port/db")
+        raise CliError("no remote cache configured: set NBCACHE_REMOTE=redis://host:port/db "
+                       "or s3://bucket/path")
     try:
         return open_tier(current, lambda fingerprint, name, n: None)
     except RemoteConfigError as problem:
@@ -106,31 +109,50 @@ def remote_list(args) -> int:
     rows.sort(key=order, reverse=True)
     shown = rows[: args.limit]
     if args.json:
-        print(json.dumps({"url": tier.url, "entries": [
-            {"key": key, "fingerprint": fingerprint, "size": size, "written": written}
-            for fingerprint, key, size, written in shown
-        ]}, indent=2))
+        print(json.dumps({"url": tier.url, "entries": [_entry_json(row) for row in shown]},
+                         indent=2))
         return 0
     if not shown:
         print(f"no entries in {tier.url}")
         return 0
-    now = time.time()
-    print(table(
-        ("KEY", "FINGERPRINT", "SIZE", "WRITTEN"),
-        [(key[:DIGEST_DIGITS], fingerprint[:DIGEST_DIGITS], human_size(size),
-          human_age(written, now)) for fingerprint, key, size, written in shown],
-        right=("SIZE", "WRITTEN"),
-    ))
+    _print_rows(shown)
     of_all = f" (showing {len(shown)})" if len(shown) < len(rows) else ""
     total = human_size(sum(row[2] for row in rows))
     print(f"{plural(len(rows), 'entry')}, {total} in {tier.url}{of_all}")
     return 0
 
 
-def remote_clear(args) -> int:
-    tier = open_remote()
+def _writable(tier: RemoteTier) -> RemoteTier:
     if tier.readonly:
         raise CliError(f"cannot change the remote cache {tier.url}: NBCACHE_REMOTE_READONLY is set")
+    return tier
+
+
+def _remove(tier: RemoteTier, rows) -> None:
+    try:
+        for fingerprint, key, _, _ in rows:
+            tier.remove(fingerprint, key)
+    except Exception as error:  # the client's errors have no common base with OSError
+        raise _server_error(tier, error) from None
+
+
+def _entry_json(row: tuple[str, str, int, float]) -> dict:
+    fingerprint, key, size, written = row
+    return {"key": key, "fingerprint": fingerprint, "size": size, "written": written}
+
+
+def _print_rows(rows) -> None:
+    now = time.time()
+    print(table(
+        ("KEY", "FINGERPRINT", "SIZE", "WRITTEN"),
+        [(key[:DIGEST_DIGITS], fingerprint[:DIGEST_DIGITS], human_size(size),
+          human_age(written, now)) for fingerprint, key, size, written in rows],
+        right=("SIZE", "WRITTEN"),
+    ))
+
+
+def remote_clear(args) -> int:
+    tier = _writable(open_remote())
     rows = _entries(tier)
     if args.fingerprint is not None:
         prefix = fingerprint_prefix(args.fingerprint)
@@ -154,13 +176,44 @@ def remote_clear(args) -> int:
     if not args.yes and not confirm(question):
         print("nothing deleted")
         return 1
-    try:
-        for fingerprint, key, _, _ in chosen:
-            tier.remove(fingerprint, key)
-    except Exception as error:  # the client's errors have no common base with OSError
-        raise _server_error(tier, error) from None
+    _remove(tier, chosen)
     if args.json:
         print(json.dumps({"deleted": len(chosen), "bytes": size}))
     else:
         print(f"deleted {plural(len(chosen), 'entry')} ({human_size(size)}) {scope}")
+    return 0
+
+
+def remote_prune(args) -> int:
+    """Delete the oldest-written entries: those written before --older-than, then more until
+    the rest fit in --max-size. Write time is what the server keeps (no last use): on a
+    bucket, which has no TTL, this is how its size is bounded."""
+    max_size, cutoff = prune_limits(args)
+    tier = open_remote() if args.dry_run else _writable(open_remote())
+    rows = _entries(tier)  # oldest first
+    total = sum(row[2] for row in rows)
+    gone = []
+    for row in rows:
+        if (cutoff is None or row[3] >= cutoff) and (max_size is None or total <= max_size):
+            break
+        gone.append(row)
+        total -= row[2]
+    if not args.dry_run:
+        _remove(tier, gone)
+    gone_bytes = sum(row[2] for row in gone)
+    if args.json:
+        print(json.dumps({
+            "url": tier.url,
+            "dry_run": args.dry_run,
+            "evicted": [_entry_json(row) for row in gone],
+            "evicted_bytes": gone_bytes,
+            "remaining_entries": len(rows) - len(gone),
+            "remaining_bytes": total,
+        }, indent=2))
+        return 0
+    if gone:
+        _print_rows(gone)
+    verb, remain = ("would delete", "would remain") if args.dry_run else ("deleted", "remain")
+    print(f"{verb} {plural(len(gone), 'entry')} ({human_size(gone_bytes)}) in {tier.url}; "
+          f"{plural(len(rows) - len(gone), 'entry')} ({human_size(total)}) {remain}")
     return 0

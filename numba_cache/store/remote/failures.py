@@ -8,6 +8,10 @@ as one.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
 
 class RemoteFailure(Exception):
     """The server failed: refused, dropped the connection, answered with an error."""
@@ -19,3 +23,15 @@ class RemoteTimeout(RemoteFailure):
     """The server did not answer within the timeout."""
 
     counter = "remote:timeout"
+
+
+def typed_failures(failures: Callable[[], AbstractContextManager]):
+    """A decorator running a backend's method inside `failures`, the backend's context
+    manager turning its client's exceptions into these."""
+    def decorate(method):
+        @functools.wraps(method)
+        def call(*args, **kwargs):
+            with failures():
+                return method(*args, **kwargs)
+        return call
+    return decorate

@@ -15,7 +15,6 @@ the tier's business (:mod:`.tier`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from collections.abc import Iterator
 
@@ -24,7 +23,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..entry import is_sha256_hex
-from .failures import RemoteFailure, RemoteTimeout
+from .failures import RemoteFailure, RemoteTimeout, typed_failures
 
 ENVELOPE_FIELD = "envelope"
 WRITTEN_FIELD = "written"
@@ -42,12 +41,7 @@ def _server_failures() -> Iterator[None]:
         raise RemoteFailure(f"{type(error).__name__}: {error}") from error
 
 
-def _typed_failures(method):
-    @functools.wraps(method)
-    def call(*args, **kwargs):
-        with _server_failures():
-            return method(*args, **kwargs)
-    return call
+_typed_failures = typed_failures(_server_failures)
 
 
 class RedisBackend:

@@ -1,4 +1,4 @@
-"""The remote tier: signed, compressed entries on a shared server, behind the local store.
+"""The remote tier: signed, compressed entries on a shared server or bucket, behind the local store.
 
 :class:`RemoteTier` is what the :class:`~numba_cache.store.Store` consults after a
 local miss and publishes to after a local save. It never raises for the server's
@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ...settings import Settings
+from ...settings import OBJECT_SCHEMES, Settings
 from ..notices import warn_once
 from . import envelope
 from .breaker import Breaker
@@ -101,22 +101,47 @@ def open_tier(settings: Settings, count: Callable[[str, str, int], None]) -> Rem
     :class:`RemoteConfigError` when the tier cannot start (no secret, no client).
     """
     secret = read_secret(settings)
+    scheme = urllib.parse.urlsplit(settings.remote).scheme.lower()
+    options = {"connect_timeout": settings.remote_connect_timeout,
+               "timeout": settings.remote_timeout, "readonly": settings.remote_readonly}
+    make = _object_backend if scheme in OBJECT_SCHEMES else _redis_backend
+    return RemoteTier(settings, secret, make(settings, options), count)
+
+
+def _redis_backend(settings: Settings, options: dict):
     try:
         from .redis_backend import RedisBackend
-    except ImportError:
+    except ModuleNotFoundError as error:
+        raise _missing_client(settings, error, "redis", "remote") from None
+    return RedisBackend(settings.remote, settings.remote_prefix, ttl=settings.remote_ttl,
+                        **options)
+
+
+def _object_backend(settings: Settings, options: dict):
+    try:
+        from .object_backend import ObjectBackend
+    except ModuleNotFoundError as error:
+        raise _missing_client(settings, error, "obstore", "s3") from None
+    try:
+        return ObjectBackend(settings.remote, settings.remote_prefix, **options)
+    # obstore refused the URL (ValueError) or its configuration (its errors, or ours
+    # about an environment variable: SettingsError is a ValueError).
+    except (RemoteFailure, ValueError) as problem:
         raise RemoteConfigError(
-            f"the remote cache {display_url(settings.remote)} is not used: the redis "
-            "package is not installed (pip install 'numba_cache[remote]')"
+            f"the remote cache {display_url(settings.remote)} is not used: {problem}"
         ) from None
-    backend = RedisBackend(
-        settings.remote,
-        settings.remote_prefix,
-        ttl=settings.remote_ttl,
-        connect_timeout=settings.remote_connect_timeout,
-        timeout=settings.remote_timeout,
-        readonly=settings.remote_readonly,
-    )
-    return RemoteTier(settings, secret, backend, count)
+
+
+def _missing_client(
+    settings: Settings, error: ModuleNotFoundError, package: str, extra: str
+) -> RemoteConfigError:
+    where = display_url(settings.remote)
+    if error.name is None or error.name.partition(".")[0] != package:
+        # Another module is missing: not the user's to install, but a broken installation.
+        return RemoteConfigError(f"the remote cache {where} is not used: {error} "
+                                 "(numba_cache is installed incompletely; please report it)")
+    return RemoteConfigError(f"the remote cache {where} is not used: the {package} package "
+                             f"is not installed (pip install 'numba_cache[{extra}]')")
 
 
 def open_tier_for_store(settings: Settings, count: Callable[[str, str, int], None]) -> RemoteTier | None:
@@ -134,7 +159,8 @@ def open_tier_for_store(settings: Settings, count: Callable[[str, str, int], Non
 class RemoteTier:
     """Entries of the local store's fingerprints on a shared server (see the module docstring).
 
-    `backend` moves envelopes (:class:`.redis_backend.RedisBackend`); `count(fingerprint,
+    `backend` moves envelopes (:class:`.redis_backend.RedisBackend` or
+    :class:`.object_backend.ObjectBackend`); `count(fingerprint,
     name, n)` records counters.
     """
 
@@ -233,8 +259,9 @@ class RemoteTier:
         )
 
     def _reject(self, fingerprint: str, key: str, problem: Exception) -> None:
-        # Not deleted: it may belong to a colleague with another secret; our next
-        # compile of the key overwrites it anyway.
+        # Not deleted: it may belong to a colleague with another secret. On Redis our
+        # next compile of the key overwrites it; a bucket keeps the first object
+        # (create-if-absent), so it stays until `numba-cache clear --remote`.
         self._count_once(fingerprint, key, "remote:rejected")
         warn_once(
             ("remote rejected", self.url),
