@@ -80,3 +80,46 @@ def unavailable(server: str, problem: Exception):
     if os.environ.get("CI"):
         pytest.fail(f"cannot start {server}, needed by the remote tier tests: {problem}")
     pytest.skip(f"REMOTE TIER NOT TESTED: cannot start {server} ({problem})")
+
+
+FRESH_CHILD = """
+import json, warnings
+import numpy as np
+{setup}
+from numba_cache._compat import numba_internals
+runtime_compiles = []
+compile_runtime = numba_internals.compile_runtime_library
+def counted(*args):  # numba's runtime is compiled by LLVM, which no compile event shows
+    runtime_compiles.append(1)
+    return compile_runtime(*args)
+numba_internals.compile_runtime_library = counted
+from numba_cache.evaluation.compile_events import count_numba_compiles
+with count_numba_compiles() as compiled:  # from the start: the self-test counts
+    import reliability
+    from numba_cache import settings
+    from numba_cache.kernels.context import current_context
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        enabled = current_context().enabled
+    result = reliability.compile_graphs({graphs!r})
+from numba_cache.store import Store
+print(json.dumps({{
+    "compiled": compiled, "runtime_compiles": len(runtime_compiles), "enabled": enabled,
+    "bits": {{name: np.asarray(value).tobytes().hex() for name, value in result["values"].items()}},
+    "values": result["values"], "expected": result["expected"],
+    "warnings": [str(w.message) for w in caught] + result["warnings"],
+    "counters": Store(settings.current()).stats()["counters"],
+    "fingerprint": result["fingerprint"],
+}}))
+"""
+
+
+def fresh_machine(store: Path, setup: str = "", **env: str) -> dict:
+    """GRAPHS compiled in a fresh process on the store `store`, counting from its start."""
+    env = {"NBCACHE_DIR": str(store), "NBCACHE_COMPILE_AHEAD": "0", **env}
+    report = run_python(FRESH_CHILD.format(setup=setup, graphs=GRAPHS), env=env)
+    for name, value in report["values"].items():
+        assert np.allclose(value, report["expected"][name], rtol=RTOL, atol=0), name
+    report["remote"] = {name.removeprefix("remote:"): value
+                        for name, value in report["counters"].items() if name.startswith("remote:")}
+    return report

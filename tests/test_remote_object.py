@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from helpers import cli_here
 from object_server import MotoServer, ServerUnavailable, answering, down, moto_server, silent
-from remote_machines import GRAPHS, OTHER_SECRET, SECRET, machine, unavailable
+from remote_machines import GRAPHS, OTHER_SECRET, SECRET, fresh_machine, machine, unavailable
 
 from numba_cache import settings
 from numba_cache.store.remote import RemoteConfigError, envelope, open_tier
@@ -97,6 +97,16 @@ FAULTS = {
     # moto accepts any credentials: a server refusing them is played by one answering 403.
     "bad-credentials": (lambda: answering(403), "error", "PermissionDeniedError"),
 }
+
+
+def test_a_fresh_store_on_a_warm_bucket_compiles_nothing_not_even_the_self_test(bucket, tmp_path):
+    first = fresh_machine(tmp_path / "machine-a")
+    assert "self_test.<locals>.probe" in first["compiled"] and first["runtime_compiles"] == 1
+    second = fresh_machine(tmp_path / "machine-b")
+    assert second["enabled"] and second["warnings"] == []
+    assert second["compiled"] == [] and second["runtime_compiles"] == 0
+    assert second["bits"] == first["bits"]
+    assert second["remote"]["hit"] > 0 and "miss" not in second["remote"]
 
 
 @pytest.mark.parametrize("fault", FAULTS)
