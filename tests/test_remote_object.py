@@ -261,3 +261,68 @@ def test_without_obstore_the_tier_says_which_extra_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "numba_cache.store.remote.object_backend", raising=False)
     with pytest.raises(RemoteConfigError, match=r"pip install 'numba_cache\[s3\]'"):
         open_tier(settings.current(), lambda *counted: None)
+
+
+def test_entries_of_different_signatures_of_one_key_are_merged_never_replaced(bucket):
+    """Two publishers of one kernel key hold different overloads (numba signatures): the
+    bucket ends with both, the first's kept, each write a compare-and-swap."""
+    from numba_cache.store import Entry, record
+
+    fingerprint, key = "c" * 64, "d" * 64
+
+    def entry_record(*signatures: str) -> bytes:
+        return record.encode(Entry(key=key, fingerprint=fingerprint, kind="op",
+                                   blobs={f"kernel:{name}": name.encode() * 100
+                                          for name in signatures}))
+
+    tier = open_tier(settings.current(), lambda *counted: None)
+    merge = lambda theirs, ours: record.merged(theirs, ours, fingerprint, key)  # noqa: E731
+    assert tier.publish(fingerprint, key, entry_record("float64"), None, merge)
+    first = tier.backend.get(fingerprint, key)
+    assert tier.publish(fingerprint, key, entry_record("int64"), None, merge)
+    stored = record.decode(tier.fetch(fingerprint, key, lambda data: data)[0], fingerprint, key)
+    assert set(stored.blobs) == {"kernel:float64", "kernel:int64"}
+    # What adds nothing sends nothing: the stored entry stays as it is.
+    merged_body = tier.backend.get(fingerprint, key)
+    assert merged_body != first
+    assert tier.publish(fingerprint, key, entry_record("float64"), None, merge)
+    assert tier.backend.get(fingerprint, key) == merged_body
+    # A writer between a read and its replace makes the replace fail: it reads again.
+    _, version = tier.backend.get_version(fingerprint, key)
+    assert tier.backend.replace(fingerprint, key, first, version)  # the writer between
+    assert not tier.backend.replace(fingerprint, key, merged_body, version)
+    assert tier.backend.get(fingerprint, key) == first
+
+
+RADON_WITH_A_HELPER = """
+import json
+import numpy as np
+import pytensor
+import numba_cache
+from numba_cache.evaluation.compile_events import count_numba_compiles
+from numba_cache.evaluation.models import radon_model
+
+model = radon_model()
+with count_numba_compiles() as compiled:
+    function = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")
+    values = function(*model.point)
+print(json.dumps({"compiled": len(compiled), "stats": dict(numba_cache.session_stats()),
+                  "bits": [np.asarray(value).tobytes().hex() for value in values]}))
+"""
+
+
+def test_a_compile_with_a_forked_helper_fills_the_bucket_for_the_next_machine(bucket, tmp_path):
+    """The helper compiling op kernels ahead is forked, where obstore's client cannot run
+    (its threads are not copied: a call would wait forever): the helper stores locally,
+    the process it helps publishes what it loads of that, and a fresh machine compiles
+    nothing."""
+    from helpers import run_python
+
+    first = run_python(RADON_WITH_A_HELPER, env={"NBCACHE_DIR": str(tmp_path / "a"),
+                                                 "NBCACHE_COMPILE_AHEAD": "1"}, timeout=300)
+    assert first["stats"].get("op.compiled_ahead"), first["stats"]  # a helper did work
+    second = run_python(RADON_WITH_A_HELPER, env={"NBCACHE_DIR": str(tmp_path / "b")},
+                        timeout=300)
+    assert second["compiled"] == 0, second["stats"]
+    assert set(second["stats"]) == {"rewrite.hit", "op.hit", "graph.hit"}, second["stats"]
+    assert second["bits"] == first["bits"]

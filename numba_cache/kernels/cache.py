@@ -249,6 +249,9 @@ class KernelCache(_Cache):
         compile compiled it (:mod:`.compile_ahead`)."""
         kind = self._key.kind
         if compile_ahead.compiled_ahead(kind, self._key.digest, sig):
+            # A forked helper cannot reach every remote tier: its work is published here.
+            self._context.store.publish_stored(self._context.fingerprint.digest,
+                                               self._key.digest)
             if kind == "op":
                 report.record(self._context, "op.miss")
             # A block is compiled with its kernel, uncounted: so is one compiled ahead.

@@ -58,6 +58,9 @@ class NullStore:
     def vouch(self, fingerprint: str, components: dict) -> None:
         pass
 
+    def publish_stored(self, fingerprint: str, key: str) -> None:
+        pass
+
     def vouched(self, fingerprint: str) -> bool:
         return False
 

@@ -91,6 +91,23 @@ def encode(entry: Entry) -> bytes:
     return b"".join([*header, text, *(form for *_, form in stored)])
 
 
+def merged(theirs: bytes, ours: bytes, fingerprint: str, key: str) -> bytes | None:
+    """The record holding the blobs of both records of one entry, for a server that keeps
+    the first record published (:mod:`.remote`); None when `theirs` has every blob of
+    `ours`, or either is not a cacheable entry (nothing to add then).
+
+    An entry's blobs are per numba signature (one kernel's overloads and what goes with
+    each) or the same for every signature, so any two records of one key are valid
+    parts of one; where both hold a blob, ours is kept, as this process loads it.
+    Raises :class:`CorruptEntry` if either record is damaged.
+    """
+    stored, mine = decode(theirs, fingerprint, key), decode(ours, fingerprint, key)
+    if not (stored.cacheable and mine.cacheable) or mine.blobs.keys() <= stored.blobs.keys():
+        return None
+    mine.blobs = stored.blobs | mine.blobs
+    return encode(mine)
+
+
 def _stored_form(data: bytes) -> tuple[str, bytes]:
     compressed = zlib.compress(data, _COMPRESSION_LEVEL)
     return ("zlib", compressed) if len(compressed) < len(data) else ("raw", data)

@@ -138,7 +138,8 @@ class Store(Maintenance):
         """Publish an entry just written and indexed, then evict if the store outgrew its
         maximum size."""
         if self.remote is not None:
-            self.remote.publish(entry.fingerprint, entry.key, data, source)
+            self.remote.publish(entry.fingerprint, entry.key, data, source,
+                                self._merge_for(entry.fingerprint, entry.key))
         total = self._index.total_size()
         if total is not None and total > self.settings.max_size:
             self.evict_to(int(self.settings.max_size * EVICTION_TARGET), timeout=0)
@@ -227,6 +228,26 @@ class Store(Maintenance):
             return entry
         self._index.insert(entry, entry.size, time.time())
         return entry
+
+    def publish_stored(self, fingerprint: str, key: str) -> None:
+        """Publish an entry a child forked from this process stored, where the remote tier
+        cannot be used from such a child (:attr:`.remote.RemoteTier.survives_fork`)."""
+        if self.remote is None or self.remote.survives_fork:
+            return
+        try:
+            data = self._backend.get(fingerprint, key)
+            source = self._backend.read_source(fingerprint, key)
+        except OSError:
+            return  # gone or unreadable: the next lookup repairs it, and publishes anew
+        if data is not None:
+            self.remote.publish(fingerprint, key, data,
+                                None if source is None else source.decode(errors="replace"),
+                                self._merge_for(fingerprint, key))
+
+    @staticmethod
+    def _merge_for(fingerprint: str, key: str):
+        """How the tier merges this entry into the one a server kept (:func:`record.merged`)."""
+        return lambda theirs, ours: record.merged(theirs, ours, fingerprint, key)
 
     def vouch(self, fingerprint: str, components: dict) -> None:
         """Publish to the remote tier, if any, that the self-test passed for `fingerprint`

@@ -6,10 +6,12 @@ its "written" time from the store's metadata (``last_modified``). obstore is one
 small Rust-backed package without dependencies of its own that speaks S3, GCS and
 Azure, where fsspec's s3fs would bring aiobotocore and botocore.
 
-Writes are create-if-absent (a conditional PUT, ``If-None-Match: *`` on S3): an
-entry is content-addressed by its key, so when two machines publish one key the
-first object stays and the second write is refused by the store, never torn or
-replaced. Object stores have no per-object TTL: ``remote_ttl`` does not apply
+Writes are create-if-absent (a conditional PUT, ``If-None-Match: *`` on S3): when
+two machines publish one key the first object stays and the second write is refused
+by the store, never torn or replaced. An entry holds a kernel's overloads, one per
+numba signature, so the second may hold one the first lacks: the tier then adds it
+to the stored entry with a compare-and-swap (``If-Match`` on the version it read),
+which a third writer in between makes it read and merge again. Object stores have no per-object TTL: ``remote_ttl`` does not apply
 here; ``numba-cache prune --remote`` or a bucket lifecycle rule bounds the size.
 
 Every method raises :class:`~.failures.RemoteTimeout` when the store does not
@@ -87,6 +89,10 @@ class ObjectBackend:
     write anyway: there is no TTL to renew).
     """
 
+    #: obstore's client runs on threads of its own, which a forked child lacks: any call
+    #: there waits forever. The tier is not used in a forked child (see RemoteTier).
+    survives_fork = False
+
     def __init__(
         self, url: str, prefix: str, *, connect_timeout: float, timeout: float, readonly: bool
     ):
@@ -124,13 +130,37 @@ class ObjectBackend:
             return None
 
     @_typed_failures
-    def put(self, fingerprint: str, key: str, record: bytes, source: str | None = None) -> None:
-        """Store the envelope `record` unless the key has an object already (another
-        publisher was first: keys are content addresses). `source` is in the envelope."""
+    def put(self, fingerprint: str, key: str, record: bytes, source: str | None = None) -> bool:
+        """Store the envelope `record` unless the key has an object already; False then
+        (the tier may merge into it: :meth:`get_version`, :meth:`replace`). `source` is in
+        the envelope."""
         try:
             obstore.put(self.store, self.name(fingerprint, key), record, mode="create")
         except (AlreadyExistsError, PreconditionError):
-            pass
+            return False
+        return True
+
+    @_typed_failures
+    def get_version(self, fingerprint: str, key: str) -> tuple[bytes, str] | None:
+        """The envelope of the entry and the version it is (its ETag), or None if none."""
+        try:
+            found = obstore.get(self.store, self.name(fingerprint, key))
+        except FileNotFoundError as error:
+            if _missing_bucket(error):
+                raise
+            return None
+        return found.bytes().to_bytes(), found.meta["e_tag"]
+
+    @_typed_failures
+    def replace(self, fingerprint: str, key: str, record: bytes, version: str) -> bool:
+        """Replace the entry by the envelope `record` if it still is `version` (a
+        conditional PUT, ``If-Match``); False if another writer replaced it since."""
+        try:
+            obstore.put(self.store, self.name(fingerprint, key), record,
+                        mode={"e_tag": version})
+        except (PreconditionError, FileNotFoundError):
+            return False
+        return True
 
     @_typed_failures
     def remove(self, fingerprint: str, key: str) -> None:

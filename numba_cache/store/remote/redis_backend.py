@@ -51,6 +51,9 @@ class RedisBackend:
     reads (writes are refused by the tier before they get here).
     """
 
+    #: redis-py's connection pool opens new connections in a forked child.
+    survives_fork = True
+
     def __init__(
         self,
         url: str,
@@ -96,14 +99,16 @@ class RedisBackend:
         return envelope
 
     @_typed_failures
-    def put(self, fingerprint: str, key: str, record: bytes, source: str | None = None) -> None:
-        """Store the envelope `record`; `source` is unused, the envelope carries it."""
+    def put(self, fingerprint: str, key: str, record: bytes, source: str | None = None) -> bool:
+        """Store the envelope `record`, replacing the entry's (one HSET: a reader sees one or
+        the other); `source` is unused, the envelope carries it. True: it was written."""
         name = self.name(fingerprint, key)
         pipeline = self.client.pipeline(transaction=True)
         pipeline.hset(name, mapping={ENVELOPE_FIELD: record, WRITTEN_FIELD: repr(time.time())})
         if self.ttl:
             pipeline.expire(name, self.ttl)
         pipeline.execute()
+        return True
 
     @_typed_failures
     def remove(self, fingerprint: str, key: str) -> None:

@@ -30,6 +30,7 @@ looks its key up again once it holds the key's lock, and that is not a second ev
 
 from __future__ import annotations
 
+import os
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,9 @@ from .failures import RemoteFailure
 
 #: Shorter secrets are refused: an HMAC is only as strong as its key.
 MIN_SECRET_BYTES = 16
+#: Reads and conditional writes one publish tries before leaving a busy entry to the
+#: next publisher of the key.
+MERGE_ATTEMPTS = 3
 
 _Decoded = TypeVar("_Decoded")
 
@@ -173,6 +177,16 @@ class RemoteTier:
         self._count = count
         self._breaker = Breaker(settings.remote_backoff)
         self._counted: set[tuple[str, str, str]] = set()
+        self._opened_in = os.getpid()
+
+    @property
+    def survives_fork(self) -> bool:
+        """Whether a child forked from this process can use the tier (its client's own
+        threads are not copied by a fork: obstore's calls would wait forever there)."""
+        return self.backend.survives_fork
+
+    def _usable_here(self) -> bool:
+        return self.survives_fork or os.getpid() == self._opened_in
 
     def fetch(
         self, fingerprint: str, key: str, decode: Callable[[bytes], _Decoded]
@@ -183,7 +197,7 @@ class RemoteTier:
         must accept the record (it raises :class:`~numba_cache.store.CorruptEntry`
         otherwise). Anything else is a miss, counted as such.
         """
-        if not self._breaker.allows():
+        if not (self._usable_here() and self._breaker.allows()):
             return None
         try:
             sealed = self.backend.get(fingerprint, key)
@@ -208,24 +222,69 @@ class RemoteTier:
             return decoded, data, source
         return None
 
-    def publish(self, fingerprint: str, key: str, record: bytes, source: str | None) -> bool:
-        """Send the entry to the server unless read-only, too large or unreachable; True if sent."""
-        if self.readonly or not self._breaker.allows():
+    def publish(self, fingerprint: str, key: str, record: bytes, source: str | None,
+                merge: Callable[[bytes, bytes], bytes | None] | None = None) -> bool:
+        """Send the entry to the server unless read-only, too large or unreachable; True if
+        the server has it (``remote:published`` counts what was sent).
+
+        On a server that never replaces an entry (a bucket's create-if-absent writes),
+        ``merge(stored record, record)`` gives the record to replace a stored one with
+        (None: the stored one has all of it), as :meth:`_merge_into` does.
+        """
+        if self.readonly or not (self._usable_here() and self._breaker.allows()):
             return False
-        sealed = envelope.seal(
-            fingerprint, key, record, (source or "").encode(), self._secret
-        )
-        if len(sealed) > self.max_size:
-            self._count(fingerprint, "remote:too_large", 1)
+        sealed = self._sealed(fingerprint, key, record, source)
+        if sealed is None:
             return False
         try:
-            self.backend.put(fingerprint, key, sealed)
+            if not self.backend.put(fingerprint, key, sealed):
+                sealed = None if merge is None else self._merge_into(
+                    fingerprint, key, record, source, merge)
         except Exception as error:  # a server failure, or our bug: never the compile's
             self._failed(fingerprint, error)
             return False
-        self._count(fingerprint, "remote:published", 1)
-        self._count(fingerprint, "remote:bytes_out", len(sealed))
+        if sealed is not None:
+            self._count(fingerprint, "remote:published", 1)
+            self._count(fingerprint, "remote:bytes_out", len(sealed))
         return True
+
+    def _sealed(self, fingerprint: str, key: str, record: bytes, source: str | None
+                ) -> bytes | None:
+        sealed = envelope.seal(fingerprint, key, record, (source or "").encode(), self._secret)
+        if len(sealed) > self.max_size:
+            self._count(fingerprint, "remote:too_large", 1)
+            return None
+        return sealed
+
+    def _merge_into(self, fingerprint: str, key: str, record: bytes, source: str | None,
+                    merge: Callable[[bytes, bytes], bytes | None]) -> bytes | None:
+        """The key has an entry already: replace it with ``merge(its record, record)``, if
+        that adds anything, and only if it is still the version read. The envelope sent,
+        or None if nothing was. An entry signed otherwise is left alone (:meth:`_reject`
+        tells readers), a damaged one replaced."""
+        for _ in range(MERGE_ATTEMPTS):
+            found = self.backend.get_version(fingerprint, key)
+            if found is None:  # removed meanwhile
+                sealed = self._sealed(fingerprint, key, record, source)
+                if sealed is None or self.backend.put(fingerprint, key, sealed):
+                    return sealed
+                continue
+            stored, version = found
+            try:
+                theirs, _ = envelope.open_envelope(stored, fingerprint, key, self._secret,
+                                                   self.max_size)
+            except envelope.BadSignature:
+                return None
+            except Exception:  # damaged: ours replaces it
+                merged = record
+            else:
+                merged = merge(theirs, record)
+            if merged is None:
+                return None
+            sealed = self._sealed(fingerprint, key, merged, source)
+            if sealed is None or self.backend.replace(fingerprint, key, sealed, version):
+                return sealed
+        return None
 
     def entries(self, fingerprint: str | None = None) -> list[tuple[str, str, int, float]]:
         """``(fingerprint, key, size, written)`` of every entry on the server, oldest first.
