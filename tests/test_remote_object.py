@@ -326,3 +326,30 @@ def test_a_compile_with_a_forked_helper_fills_the_bucket_for_the_next_machine(bu
     assert second["compiled"] == 0, second["stats"]
     assert set(second["stats"]) == {"rewrite.hit", "op.hit", "graph.hit"}, second["stats"]
     assert second["bits"] == first["bits"]
+
+
+ONE_GRAPH = """
+import json, sys
+import numpy as np, pytensor, pytensor.tensor as pt
+import numba_cache
+
+x = pt.vector("x")
+function = pytensor.function([x], (pt.exp(x) * 2.0).sum(), mode="NUMBA_CACHE")
+value = function(np.arange(3.0))
+print(json.dumps({"value": float(value), "stats": dict(numba_cache.session_stats()),
+                  "sparse_imported": "pytensor.sparse" in sys.modules}))
+"""
+
+
+def test_a_fresh_machine_keys_its_graph_without_importing_scipy_sparse(bucket, tmp_path):
+    """The rewrite key needs the digest of PyTensor's rewrite registry as if pytensor.sparse
+    were imported: a note on the tier gives it to a fresh store, which imports nothing."""
+    from helpers import run_python
+
+    env = {"NBCACHE_COMPILE_AHEAD": "0"}
+    first = run_python(ONE_GRAPH, env={**env, "NBCACHE_DIR": str(tmp_path / "a")})
+    assert first["sparse_imported"], "the first machine had no note and imported it"
+    second = run_python(ONE_GRAPH, env={**env, "NBCACHE_DIR": str(tmp_path / "b")})
+    assert second["stats"].get("rewrite.hit") == 1, second["stats"]
+    assert not second["sparse_imported"], "the note on the tier was not used"
+    assert second["value"] == first["value"]

@@ -19,7 +19,7 @@ def key_of(output_builder=lambda x: pt.exp(x) * 2, mode=None, inputs=None, finge
     x = pt.vector("x")
     fgraph = FunctionGraph([x], [output_builder(x)], clone=True)
     mode = mode or numba_cache_mode()
-    rewrites = complete_rewrites_digest(mode.optdb, known=lambda _: None, remember=lambda *_: None)
+    rewrites = complete_rewrites_digest(mode.optdb, known=lambda *_: None, remember=lambda *_: None)
     return rewrite_key(
         fgraph,
         inputs or [In(fgraph.inputs[0])],

@@ -46,7 +46,9 @@ def objmode_dispatcher() -> None:
 
     function = inspect.getattr_static(pythonapi.ObjModeUtils, "_call_objmode_dispatcher", None)
     require(isinstance(function, staticmethod), "ObjModeUtils._call_objmode_dispatcher is gone")
-    require("_call_objmode_dispatcher" in inspect.getsource(pythonapi.ObjModeUtils),
+    # The method, not the class: a class's source is found by parsing its whole module.
+    require("_call_objmode_dispatcher" in inspect.getsource(
+        pythonapi.ObjModeUtils.load_dispatcher),
             "object-mode code no longer calls ObjModeUtils._call_objmode_dispatcher")
 
 
@@ -86,7 +88,7 @@ def typing_registry() -> None:
 def dispatcher_cache() -> None:
     from numba.core import caching, dispatcher
 
-    source = inspect.getsource(dispatcher.Dispatcher)
+    source = inspect.getsource(dispatcher.Dispatcher.compile)  # a method's: cheap to find
     require("self._cache.load_overload" in source and "self._cache.save_overload" in source,
             "Dispatcher no longer consults self._cache")
     abstract = getattr(caching._Cache, "__abstractmethods__", frozenset())

@@ -111,9 +111,9 @@ def rewrites_digest(context, mode) -> str:
     fingerprint = context.fingerprint.digest
     return complete_rewrites_digest(
         mode.optdb,
-        known=lambda partial: context.store.completed_registry(fingerprint, partial),
-        remember=lambda partial, complete: context.store.record_completed_registry(
-            fingerprint, partial, complete),
+        known=lambda partial, far: context.store.completed_registry(fingerprint, partial, far),
+        remember=lambda partial, complete, far: context.store.record_completed_registry(
+            fingerprint, partial, complete, far),
     )
 
 

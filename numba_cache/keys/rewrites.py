@@ -85,6 +85,9 @@ def _tags(tags) -> list:
 #: never does). Importing them costs about 0.1 s (scipy.sparse), more than the
 #: rest of a warm compile, so :func:`complete_rewrites_digest` avoids it.
 REGISTERING_MODULES = ("pytensor.sparse.rewriting", "pytensor.typed_list.rewriting")
+#: Of those, the one whose import is worth a round trip to the shared tier (scipy.sparse):
+#: the others import in milliseconds.
+COSTLY_MODULE = "pytensor.sparse"
 
 
 def registered_rewrites_digest(database) -> str:
@@ -105,25 +108,28 @@ def registered_rewrites_digest(database) -> str:
     return digest(sorted(names))
 
 
-def complete_rewrites_digest(database, known: Callable[[str], str | None],
-                             remember: Callable[[str, str], None]) -> str:
+def complete_rewrites_digest(database, known: Callable[[str, bool], str | None],
+                             remember: Callable[[str, str, bool], None]) -> str:
     """The registry digest once every module of :data:`REGISTERING_MODULES` is imported.
 
     When some are not imported yet, the digest of the registry as it stands
     determines the complete one (the same PyTensor, pinned by the fingerprint,
-    registers the same rewrites on import), so `known` maps it to the complete
-    digest recorded by an earlier process; only when that is unknown are the
-    modules imported, and the pair handed to `remember`.
+    registers the same rewrites on import), so ``known(partial, far)`` maps it to the
+    complete digest recorded by an earlier process, `far` saying whether the import it
+    saves is worth asking the shared tier (:data:`COSTLY_MODULE` is not imported); only
+    when that is unknown are the modules imported, and the pair handed to `remember`
+    (with `far`).
     """
     current = registered_rewrites_digest(database)
     if all(module in sys.modules for module in REGISTERING_MODULES):
         return current
-    complete = known(current)
+    far = COSTLY_MODULE not in sys.modules
+    complete = known(current, far)
     if complete is None:
         for module in REGISTERING_MODULES:
             importlib.import_module(module)
         complete = registered_rewrites_digest(database)
-        remember(current, complete)
+        remember(current, complete, far)
     return complete
 
 

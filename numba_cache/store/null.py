@@ -64,10 +64,12 @@ class NullStore:
     def vouched(self, fingerprint: str) -> bool:
         return False
 
-    def completed_registry(self, fingerprint: str, partial: str) -> str | None:
+    def completed_registry(self, fingerprint: str, partial: str, far: bool = False
+                           ) -> str | None:
         return None
 
-    def record_completed_registry(self, fingerprint: str, partial: str, complete: str) -> None:
+    def record_completed_registry(self, fingerprint: str, partial: str, complete: str,
+                                  far: bool = False) -> None:
         pass
 
     def graph_of_code(self, fingerprint: str, code: str) -> str | None:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..settings import Settings
-from . import checkpoints, record, vouches
+from . import checkpoints, record, registry_notes, vouches
 from .entry import Entry, check_address, check_name
 from .eviction import EVICTION_TARGET
 from .index import Index
@@ -248,6 +248,26 @@ class Store(Maintenance):
     def _merge_for(fingerprint: str, key: str):
         """How the tier merges this entry into the one a server kept (:func:`record.merged`)."""
         return lambda theirs, ours: record.merged(theirs, ours, fingerprint, key)
+
+    def completed_registry(self, fingerprint: str, partial: str, far: bool = False
+                           ) -> str | None:
+        """The complete rewrite-registry digest noted for `partial`: beside the entries, or
+        else, if `far`, on the remote tier (:mod:`.registry_notes`), then noted locally too."""
+        complete = super().completed_registry(fingerprint, partial)
+        if complete is None and far and self.remote is not None:
+            fetched = self.remote.fetch(fingerprint, registry_notes.key(partial),
+                                        functools.partial(registry_notes.decode, partial))
+            if fetched is not None:
+                complete = fetched[0]
+                super().record_completed_registry(fingerprint, partial, complete)
+        return complete
+
+    def record_completed_registry(self, fingerprint: str, partial: str, complete: str,
+                                  far: bool = False) -> None:
+        super().record_completed_registry(fingerprint, partial, complete)
+        if far and self.remote is not None and not self.readonly:
+            self.remote.publish(fingerprint, registry_notes.key(partial),
+                                registry_notes.encode(partial, complete), None)
 
     def vouch(self, fingerprint: str, components: dict) -> None:
         """Publish to the remote tier, if any, that the self-test passed for `fingerprint`
