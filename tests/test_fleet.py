@@ -47,12 +47,14 @@ print(json.dumps({
 """
 
 
-def machine(cpu: str | None, target: str = "host") -> dict:
-    """The compile of one machine: `cpu` pretended (None: this machine's), on the test's store."""
+def machine(cpu: str | None, target: str = "host", **env) -> dict:
+    """The compile of one machine: `cpu` pretended (None: this machine's), on the test's
+    store unless `env` names another."""
     paths = [str(TESTS / "other_cpu"), str(TESTS), str(TESTS.parent)]
     # The machine's CPU is the one it sees, whatever numba was told outside the test.
     env = {"PYTHONPATH": os.pathsep.join(paths), "NBCACHE_TARGET": target,
-           "NBCACHE_TEST_HOST_CPU": cpu or "", "NUMBA_CPU_NAME": None, "NUMBA_CPU_FEATURES": None}
+           "NBCACHE_TEST_HOST_CPU": cpu or "", "NUMBA_CPU_NAME": None, "NUMBA_CPU_FEATURES": None,
+           **env}
     return run_python(LOGP_AND_GRADIENT, env=env)
 
 
@@ -108,3 +110,25 @@ def test_the_target_setting_rejects_what_it_does_not_know():
     result = cli_here("stats", env={"NBCACHE_TARGET": "skylake"})
     assert result.returncode == 2, result
     assert "NBCACHE_TARGET" in result.stderr and "x86-64-v3" in result.stderr, result.stderr
+
+
+def test_a_fleet_of_two_cpu_models_shares_one_bucket_under_the_portable_target(tmp_path):
+    """Machine A fills a bucket; machine B, of another CPU model and with an empty local
+    store, compiles nothing from it, not even the self-test's probes: the same bits."""
+    from object_server import ServerUnavailable, moto_server
+    from remote_machines import SECRET, unavailable
+
+    if not supports_the_portable_baseline():
+        pytest.fail("this machine's CPU lacks the portable baseline: the tests need one that has it")
+    try:
+        with moto_server() as moto:
+            moto.client().create_bucket(Bucket="nbcache-fleet")
+            tier = {**moto.environment(), "NBCACHE_REMOTE": "s3://nbcache-fleet/fleet",
+                    "NBCACHE_REMOTE_SECRET": SECRET}
+            first = machine(None, "portable", NBCACHE_DIR=str(tmp_path / "a"), **tier)
+            second = machine("haswell", "portable", NBCACHE_DIR=str(tmp_path / "b"), **tier)
+    except ServerUnavailable as problem:
+        unavailable("moto's S3 server", problem)
+    assert second["compiles"] == 0, second
+    assert set(second["stats"]) - {"op.hit"} == {"rewrite.hit", "graph.hit"}, second["stats"]
+    assert bits(second) == bits(first)
