@@ -364,3 +364,50 @@ def test_warm_survives_a_target_that_crashes_its_process(tmp_path):
     assert failures["odd:returns_a_number"]["error"].startswith("TypeError: it returned a int")
     by_target = {target["target"]: target for target in report["targets"]}
     assert by_target["warm_script.py"]["compiled"] >= 2 and by_target["warm_script.py"]["failures"] == []
+
+
+SECRET = {"NBCACHE_REMOTE_SECRET": "archive-secret-0123456789abcdef"}
+OTHER_SECRET = {"NBCACHE_REMOTE_SECRET": "another-secret-0123456789abcdef"}
+
+
+def test_with_a_secret_only_archives_signed_with_it_are_imported(warmed, tmp_path):
+    """A poisoned CI cache cannot make a job load its code: where a secret is set, an
+    unsigned, foreign-signed or altered archive is refused whole, nothing imported."""
+    source = {"NBCACHE_DIR": str(warmed.root), "NBCACHE_DISABLE": "", "NBCACHE_READONLY": ""}
+    signed, foreign = tmp_path / "signed.tar.gz", tmp_path / "foreign.tar.gz"
+    assert run_cli("export", str(signed), env=source | SECRET).returncode == 0
+    assert run_cli("export", str(foreign), env=source | OTHER_SECRET).returncode == 0
+    altered = tmp_path / "altered.tar.gz"
+
+    def alter(name: str, data: bytes) -> bytes:
+        if name != "manifest.json":
+            return data
+        manifest = json.loads(data)
+        manifest["entries"][0]["summary"] += " (altered)"
+        return json.dumps(manifest, indent=1, sort_keys=True).encode()
+
+    rewrite_archive(signed, altered, alter)
+    env = fresh(tmp_path, "job")
+    for archive, why in ((warmed.archive, "is not signed"),
+                         (foreign, "signed with another secret"),
+                         (altered, "altered after it was signed")):
+        one_line_error(run_cli("import", str(archive), env=env | SECRET), why, "nothing imported")
+        assert listing(env) == [], archive
+    imported = run_cli("import", str(signed), "--json", env=env | SECRET)
+    assert imported.returncode == 0, imported.stderr
+    assert json.loads(imported.stdout)["imported"] == warmed.export["entries"]
+    # Without a secret nothing is checked, as before: a signed archive imports as any.
+    unchecked = fresh(tmp_path, "unchecked")
+    assert run_cli("import", str(signed), env=unchecked).returncode == 0
+    assert len(listing(unchecked)) == warmed.export["entries"]
+
+
+def test_a_secret_too_short_is_refused_before_anything_is_written(warmed, tmp_path):
+    short = {"NBCACHE_REMOTE_SECRET": "short"}
+    env = fresh(tmp_path, "job") | short
+    one_line_error(run_cli("import", str(warmed.archive), env=env), "at least 16")
+    assert not Path(env["NBCACHE_DIR"]).exists()
+    source = {"NBCACHE_DIR": str(warmed.root), "NBCACHE_DISABLE": "", "NBCACHE_READONLY": ""}
+    one_line_error(run_cli("export", str(tmp_path / "out.tar.gz"), env=source | short),
+                   "at least 16")
+    assert not (tmp_path / "out.tar.gz").exists()

@@ -12,7 +12,7 @@ from numba_cache.cli.access import CliError, open_store
 from numba_cache.cli.formatting import elapsed, human_size, human_time, plural
 from numba_cache.keys.components import DIGEST_DIGITS
 from numba_cache.keys.remembered import this_environment
-from numba_cache.portable import archive
+from numba_cache.portable import archive, signature
 from numba_cache.store import Store
 
 
@@ -35,7 +35,8 @@ def register(commands, common) -> None:
         "export", parents=[common], help="write the entries of this environment to one archive",
         description="Write the entries of this environment's fingerprint (or of every "
         "fingerprint, --all) to FILE, a gzip-compressed tar archive with a manifest of "
-        "fingerprints, keys, sizes and checksums. Unreadable entries are left out (exit 1).",
+        "fingerprints, keys, sizes and checksums, signed where a shared secret is set "
+        "(NBCACHE_REMOTE_SECRET or _FILE). Unreadable entries are left out (exit 1).",
     )
     export.add_argument("file", metavar="FILE")
     export.add_argument("--all", action="store_true", help="the entries of every fingerprint")
@@ -46,7 +47,8 @@ def register(commands, common) -> None:
         description="Check FILE's manifest and checksums, then add its entries of this "
         "environment's fingerprint to the store (created if needed); the others are skipped "
         "with the reason. An entry already in the store is kept. Safe while other processes "
-        "use the store. Exit status 1 if damaged entries were skipped, 2 if FILE is unusable.",
+        "use the store. Where a shared secret is set, FILE must be signed with it. Exit "
+        "status 1 if damaged entries were skipped, 2 if FILE is unusable or not signed.",
     )
     import_.add_argument("file", metavar="FILE")
     import_.set_defaults(handler=command_import)
@@ -165,10 +167,12 @@ def command_export(args) -> int:
     components[current.digest] = current.components
     from numba_cache.cli.progress import StatusLine
 
+    key = _archive_secret()
     with StatusLine() as status:
         report = archive.export(
             store, path, fingerprints, components, current.digest,
             progress=lambda done, total: status.show(f"exporting {done}/{total} entries"),
+            secret=key,
         )
     size = path.stat().st_size
     if args.json:
@@ -192,6 +196,7 @@ def command_export(args) -> int:
 
 
 def command_import(args) -> int:
+    key = _archive_secret()
     store = open_store(write=True, create=True)
     current = this_environment()
     from numba_cache.cli.progress import StatusLine
@@ -201,6 +206,7 @@ def command_import(args) -> int:
             report = archive.import_archive(
                 store, Path(args.file), current,
                 progress=lambda done, total: status.show(f"importing {done}/{total} entries"),
+                secret=key,
             )
     except archive.ArchiveError as error:
         raise CliError(str(error)) from None
@@ -240,6 +246,14 @@ def command_import(args) -> int:
     if damaged:
         print(f"numba-cache: {plural(damaged, 'damaged entry')} not imported", file=sys.stderr)
     return 1 if damaged else 0
+
+
+def _archive_secret() -> bytes | None:
+    """The shared secret archives are signed and checked with (:mod:`..portable.signature`)."""
+    try:
+        return signature.secret(settings_module.current())
+    except signature.SignatureError as problem:
+        raise CliError(str(problem)) from None
 
 
 def print_milestones(args, describe: Callable) -> Callable:

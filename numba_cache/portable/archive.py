@@ -4,7 +4,8 @@ An archive is a gzip-compressed tar file::
 
     entries/<fingerprint>/<key>.nbk     a record, byte for byte as the store holds it
     entries/<fingerprint>/<key>.py      its readable source copy, when it has one
-    manifest.json                       written last
+    manifest.json                       written after the entries
+    manifest.sig                        its signature, where a shared secret is set
 
 The manifest names the archive's format, the numba_cache version that made it,
 when, the exporting environment's fingerprint, the components of every
@@ -20,8 +21,10 @@ readable in the store is never replaced, and other processes may use the store
 meanwhile. Only entries of this environment's fingerprint are imported; the
 others are reported as skipped, with the components that differ.
 
-The checksums catch damage, not malice: records are pickles, so import only
-archives you made or trust, as you would a Python package.
+The checksums catch damage, not malice: records are pickles. Where a shared secret
+is set, export signs the manifest and import refuses an archive whose signature is
+missing or wrong (:mod:`.signature`); without one, import only archives you made or
+trust, as you would a Python package.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from pathlib import Path
 from numba_cache import versions
 from numba_cache.keys import Fingerprint
 from numba_cache.keys.components import DIGEST_DIGITS, changed_components
+from numba_cache.portable import signature
 from numba_cache.store import CorruptEntry, Store
 from numba_cache.store.entry import is_sha256_hex
 from numba_cache.store.record import TOOL_VERSION
@@ -93,13 +97,15 @@ class ImportReport:
 def export(
     store: Store, path: Path, fingerprints: list[str], components: dict[str, dict | None],
     current: str, progress: Callable[[int, int], None] = lambda done, total: None,
+    secret: bytes | None = None,
 ) -> ExportReport:
     """Write the entries of `fingerprints` to the archive `path`, atomically.
 
     `components` gives each fingerprint's components for the manifest, `current`
-    is the exporting environment's fingerprint. Unreadable entries are left out
-    and reported. The archive is written beside `path` and renamed onto it, so a
-    failed export leaves no partial archive.
+    is the exporting environment's fingerprint; with a `secret`, the manifest is
+    signed (:mod:`.signature`). Unreadable entries are left out and reported. The
+    archive is written beside `path` and renamed onto it, so a failed export leaves
+    no partial archive.
     """
     path = Path(path)
     chosen = [entry for entry in store.entries() if entry.fingerprint in fingerprints]
@@ -137,7 +143,10 @@ def export(
                 "fingerprints": {fingerprint: components.get(fingerprint) for fingerprint in fingerprints},
                 "entries": listed,
             }
-            _add(archive, MANIFEST_NAME, json.dumps(manifest, indent=1, sort_keys=True).encode())
+            manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode()
+            _add(archive, MANIFEST_NAME, manifest_bytes)
+            if secret is not None:
+                _add(archive, signature.NAME, signature.sign(secret, manifest_bytes))
         os.replace(temp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -148,13 +157,15 @@ def export(
 def import_archive(
     store: Store, path: Path, current: Fingerprint,
     progress: Callable[[int, int], None] = lambda done, total: None,
+    secret: bytes | None = None,
 ) -> ImportReport:
-    """Import the entries of the archive `path` that are intact and of fingerprint `current`.
+    """Import the entries of the archive `path` that are intact and of fingerprint `current`;
+    with a `secret`, only if the archive is signed with it (:mod:`.signature`).
 
     Raises :class:`ArchiveError` when the archive as a whole cannot be used.
     """
     path = Path(path)
-    digests, manifest = _check_pass(path)
+    digests, manifest = _check_pass(path, secret)
     outcomes, wanted = [], {}
     for item in manifest["entries"]:
         outcome = Outcome(item["fingerprint"], item["key"], item["kind"], item["summary"], "")
@@ -248,16 +259,24 @@ def _members(path: Path) -> Iterator[tuple[str, bytes]]:
         ) from None
 
 
-def _check_pass(path: Path) -> tuple[dict[str, tuple[int, str]], dict]:
-    """Read the whole archive: each file's size and SHA-256 by name, and the checked manifest."""
-    digests, manifest_bytes = {}, None
+def _check_pass(path: Path, secret: bytes | None) -> tuple[dict[str, tuple[int, str]], dict]:
+    """Read the whole archive: each file's size and SHA-256 by name, and the checked manifest,
+    its signature checked first when there is a `secret`."""
+    digests, manifest_bytes, signed = {}, None, None
     for name, data in _members(path):
         if name == MANIFEST_NAME:
             manifest_bytes = data
+        elif name == signature.NAME:
+            signed = data
         else:
             digests[name] = (len(data), _sha256(data))
     if manifest_bytes is None:
         raise ArchiveError(f"{path} has no {MANIFEST_NAME}: not a numba_cache archive; nothing imported")
+    if secret is not None:
+        try:
+            signature.check(secret, manifest_bytes, signed, str(path))
+        except signature.SignatureError as problem:
+            raise ArchiveError(str(problem)) from None
     return digests, _manifest(path, manifest_bytes)
 
 

@@ -6,6 +6,8 @@ a failing server out of the compile path, and :mod:`.tier` puts these together f
 :class:`~numba_cache.store.Store`.
 """
 
-from .tier import RemoteConfigError, RemoteTier, display_url, open_tier, open_tier_for_store
+from .tier import (RemoteConfigError, RemoteTier, display_url, open_tier, open_tier_for_store,
+                   read_secret, secret_configured)
 
-__all__ = ["RemoteConfigError", "RemoteTier", "display_url", "open_tier", "open_tier_for_store"]
+__all__ = ["RemoteConfigError", "RemoteTier", "display_url", "open_tier", "open_tier_for_store",
+           "read_secret", "secret_configured"]

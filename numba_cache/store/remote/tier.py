@@ -64,13 +64,19 @@ def display_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-def read_secret(settings: Settings) -> bytes:
+def secret_configured(settings: Settings) -> bool:
+    """Whether a shared secret is set (``remote_secret`` or ``remote_secret_file``)."""
+    return settings.remote_secret is not None or settings.remote_secret_file is not None
+
+
+def read_secret(settings: Settings, refused: str | None = None) -> bytes:
     """The shared secret from ``remote_secret`` or ``remote_secret_file``.
 
     Raises :class:`RemoteConfigError` when there is none, it cannot be read, or it
-    is shorter than :data:`MIN_SECRET_BYTES`.
+    is shorter than :data:`MIN_SECRET_BYTES`; its message starts with `refused`, what
+    is not done then (by default: the remote tier is not used).
     """
-    where = display_url(settings.remote)
+    refused = refused or f"the remote cache {display_url(settings.remote)} is not used"
     if settings.remote_secret is not None:
         secret, origin = settings.remote_secret.encode(), "NBCACHE_REMOTE_SECRET"
     elif settings.remote_secret_file is not None:
@@ -80,18 +86,17 @@ def read_secret(settings: Settings) -> bytes:
             secret = Path(settings.remote_secret_file).read_bytes().rstrip(b"\r\n")
         except OSError as error:
             raise RemoteConfigError(
-                f"the remote cache {where} is not used: cannot read {origin} "
-                f"({error.strerror or error})"
+                f"{refused}: cannot read {origin} ({error.strerror or error})"
             ) from None
     else:
         raise RemoteConfigError(
-            f"the remote cache {where} is not used: it needs a shared secret to sign and "
+            f"{refused}: it needs a shared secret to sign and "
             "check entries (they are pickles: loading one runs code). Set "
             "NBCACHE_REMOTE_SECRET or NBCACHE_REMOTE_SECRET_FILE, the same on every machine."
         )
     if len(secret) < MIN_SECRET_BYTES:
         raise RemoteConfigError(
-            f"the remote cache {where} is not used: the secret from {origin} is "
+            f"{refused}: the secret from {origin} is "
             f"{len(secret)} bytes; use at least {MIN_SECRET_BYTES} random ones "
             "(for example: python -c 'import secrets; print(secrets.token_hex(32))')"
         )
