@@ -81,3 +81,6 @@ def test_the_shell_recipe_of_the_docs_serves_the_next_job(tmp_path):
     assert "imported" in second["output"], second["output"]
     assert not any(name.endswith(".miss") for name in second["counters"]), second["counters"]
     assert second["compiles"] == []
+    # The plugin's summary line says so too.
+    assert re.search(r"numba_cache: \d+ hits?, 0 misses, 0 compiles", second["output"]), \
+        second["output"][-2000:]

@@ -34,7 +34,7 @@ import runpy
 import sys
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
@@ -128,8 +128,14 @@ def resolve_target(target: str) -> Callable[[], object]:
     return functools.partial(_call, module_name, attribute)
 
 
-def explain_lookups(store: Store, lookups: Iterable[Lookup]) -> list[Explanation]:
-    """Explain each miss against the nearest stored entry of its kind; others as they are."""
+def explain_lookups(
+    store: Store, lookups: Iterable[Lookup], stored_before: Collection[str] | None = None
+) -> list[Explanation]:
+    """Explain each miss against the nearest stored entry of its kind; others as they are.
+
+    With `stored_before` (entry keys), only those entries are compared with: a session
+    explained at its end stored its own misses meanwhile, and they explain nothing.
+    """
     lookups = list(lookups)
     fingerprints = {lookup.fingerprint.digest: lookup.fingerprint.components for lookup in lookups}
 
@@ -146,7 +152,7 @@ def explain_lookups(store: Store, lookups: Iterable[Lookup]) -> list[Explanation
             continue
         key = lookup.key
         if key.kind not in stored_by_kind:
-            stored_by_kind[key.kind] = list(stored_entries(store, key.kind))
+            stored_by_kind[key.kind] = list(stored_entries(store, key.kind, stored_before))
         found = nearest(key.components, stored_by_kind[key.kind], fingerprint_components, key.summary)
         if found is None:
             explanations.append(Explanation(lookup, None, []))
@@ -172,9 +178,14 @@ def compare_entries(store: Store, old: Entry, new: Entry) -> list[Difference]:
     )
 
 
-def stored_entries(store: Store, kind: str) -> Iterator[Entry]:
-    """The readable entries of `kind`, as listed (last use, hits), with their components."""
+def stored_entries(
+    store: Store, kind: str, among: Collection[str] | None = None
+) -> Iterator[Entry]:
+    """The readable entries of `kind`, as listed (last use, hits), with their components;
+    only those whose key is `among` the given ones, if given."""
     for entry in store.entries(kind=kind):
+        if among is not None and entry.key not in among:
+            continue
         try:
             content = store.read(entry.fingerprint, entry.key)
         except (CorruptEntry, OSError):
