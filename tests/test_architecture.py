@@ -5,6 +5,7 @@ module of a higher layer, and numba's internals imported only through ``_compat`
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import numba_cache
@@ -192,3 +193,14 @@ def test_numba_internals_are_imported_through_compat_or_for_a_listed_reason():
             importing.add(name)
     assert sorted(importing - set(IMPORTS_NUMBA_INTERNALS)) == []
     assert sorted(set(IMPORTS_NUMBA_INTERNALS) - importing) == [], "listed, yet imports none"
+
+
+def test_the_map_of_kernels_names_each_of_its_modules():
+    """kernels/__init__.py groups its modules by role for a reader: a module added or
+    removed is put on the map, or taken off it."""
+    import numba_cache.kernels
+
+    modules = {name.rpartition(".")[2] for name in module_names()
+               if name.startswith("numba_cache.kernels.")}
+    mapped = set(re.findall(r":mod:`\.(\w+)`", numba_cache.kernels.__doc__))
+    assert mapped == modules
