@@ -142,7 +142,7 @@ def repoint_rewrites(root: Path, target_kind: str) -> int:
     consistently (component and graph key blob agree, checksums made anew): what a
     writer with a bug, or records mixed from two stores, would leave."""
     from numba_cache.store import Store, record
-    from numba_cache.store.references import GRAPH_KERNEL_COMPONENT, GRAPH_KEY_BLOB
+    from numba_cache.store.entry_layout import GRAPH_KERNEL_COMPONENT, GRAPH_KEY_BLOB
 
     store = Store(settings_for(root))
     rewrites = entries_of(root, {"rewrite"})

@@ -1,8 +1,11 @@
-"""The package's shape: no import circles between its modules."""
+"""The package's shape: no import circles between its modules, no module importing a
+module of a higher layer, and numba's internals imported only through ``_compat``
+(or by the modules listed below, each saying why)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import numba_cache
@@ -20,17 +23,27 @@ def module_names() -> dict[str, Path]:
     return names
 
 
-def imports_of(path: Path, modules: set[str]) -> set[str]:
-    """The package's modules that `path` imports, at any depth (lazy imports count)."""
+def imported_names(path: Path, name: str, modules: set[str] = frozenset()) -> set[str]:
+    """What `path` (the module `name`) imports, at any depth (lazy imports count), relative
+    imports made absolute: of ``from a import b``, the module ``a.b`` if it is one of
+    `modules`, else ``a``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(part for part in (base, node.module) if part)
             for alias in node.names:
-                submodule = f"{node.module}.{alias.name}"
-                found.add(submodule if submodule in modules else node.module)
-    return {name for name in found if name in modules}
+                submodule = f"{module}.{alias.name}"
+                found.add(submodule if submodule in modules else module)
+    return found
+
+
+def imports_of(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The package's modules that `path` (the module `name`) imports."""
+    return imported_names(path, name, modules) & modules
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -40,7 +53,7 @@ def import_graph() -> dict[str, set[str]]:
     graph = {}
     for name, path in paths.items():
         ancestors = {name.rsplit(".", depth)[0] for depth in range(1, name.count(".") + 1)}
-        graph[name] = imports_of(path, modules) - ancestors - {name}
+        graph[name] = imports_of(path, name, modules) - ancestors - {name}
     return graph
 
 
@@ -81,3 +94,113 @@ def test_the_circle_finder_finds_a_circle():
 
 def test_no_module_imports_itself_back_through_others():
     assert circles(import_graph()) == []
+
+
+#: The package's layers, bottom first, by their first name under ``numba_cache`` ("" is
+#: the package itself, the public API). A module imports modules of its own layer and of
+#: those below it, never of one above.
+LAYERS = (
+    ("_compat", "versions", "logs"),  # upstream's internals; formats' versions; the logger
+    ("cpu_target", "settings"),
+    ("codegen", "store"),  # generated source; entries on disk, and what an entry holds
+    ("keys",),
+    ("kernels",),  # where a numba compile turns into a cache lookup
+    ("integration", "diagnostics", "evaluation"),
+    ("portable",),
+    ("cli", "__main__", ""),
+)
+
+#: Imports of a module of a higher layer, kept on purpose, by importing module: why.
+UPWARD_IMPORTS = {
+    "numba_cache._compat.numba_seams": "a seam's check runs the code that relies on it "
+    "(kernels, and a codegen step: a probe compiled, stored, called by symbol), imported "
+    "inside the check, which the self-test runs",
+}
+
+#: Upstream internals the rest of the package reaches only through ``_compat``.
+NUMBA_INTERNALS = ("numba.core", "llvmlite")
+
+#: Modules outside ``_compat`` that import numba's internals themselves: why.
+IMPORTS_NUMBA_INTERNALS = {
+    "numba_cache.evaluation.compile_events": "counts compiles with numba's event API",
+    "numba_cache.integration.nutpie": "recognises nutpie's cfunc wrappers by numba's dispatcher "
+    "and intrinsic classes, and registers their typing",
+    "numba_cache.kernels.blocks": "tells an object-mode block by numba's ObjModeLiftedWith",
+    "numba_cache.kernels.cache": "KernelCache is the cache object numba's dispatchers consult "
+    "(a numba _Cache)",
+    "numba_cache.kernels.cfunc": "wraps numba's CFunc so that C callbacks are stored",
+    "numba_cache.kernels.context": "initialises numba's CPU target for the self-test",
+    "numba_cache.kernels.dispatcher": "cached dispatchers are numba CPUDispatchers",
+    "numba_cache.kernels.entry_point": "emits an entry point's LLVM IR with numba's cgutils",
+    "numba_cache.kernels.glue": "a compiler pipeline and code library of numba's, subclassed",
+    "numba_cache.kernels.graph_body": "a graph body is a numba intrinsic, emitted as LLVM IR",
+    "numba_cache.kernels.hidden_symbols": "registers hidden constants as LLVM process symbols",
+    "numba_cache.kernels.links": "reads the symbols stored machine code leaves undefined",
+    "numba_cache.kernels.objmode": "compiles object-mode blocks through numba's Python API",
+    "numba_cache.kernels.op_links": "pickles numba signatures as numba's own cache does",
+    "numba_cache.kernels.predicted_types": "predicts numba types",
+    "numba_cache.kernels.replaced_numba": "tells test doubles from numba's Dispatcher",
+    "numba_cache.kernels.self_contained": "a compiler pipeline and code library of numba's, "
+    "subclassed",
+    "numba_cache.kernels.serialize": "serializes compile results the way numba's cache does",
+    "numba_cache.kernels.stored_library": "a numba JIT code library, subclassed",
+    "numba_cache.kernels.symbol_calls": "emits calls by symbol with numba's cgutils",
+    "numba_cache.keys.fingerprint": "reads the CPU and settings numba's codegen compiles for",
+}
+
+
+def layer_of(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    [layer] = [n for n, members in enumerate(LAYERS) if top in members]
+    return layer
+
+
+def upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """The modules of a higher layer each module imports, for the modules that do."""
+    found = {}
+    for module, targets in graph.items():
+        above = sorted(target for target in targets if layer_of(target) > layer_of(module))
+        if above:
+            found[module] = above
+    return found
+
+
+def test_every_package_has_a_layer():
+    for module in module_names():
+        layer_of(module)  # raises if its package is in no layer, or in two
+
+
+def test_the_upward_import_finder_finds_one():
+    graph = {"numba_cache.store.record": {"numba_cache.kernels.cache"},
+             "numba_cache.kernels.cache": {"numba_cache.store.record"}}
+    assert upward_imports(graph) == {"numba_cache.store.record": ["numba_cache.kernels.cache"]}
+
+
+def test_no_module_imports_a_module_of_a_higher_layer():
+    found = upward_imports(import_graph())
+    assert {module: targets for module, targets in found.items()
+            if module not in UPWARD_IMPORTS} == {}
+    assert sorted(UPWARD_IMPORTS) == sorted(found), "an upward import listed is gone: unlist it"
+
+
+def test_numba_internals_are_imported_through_compat_or_for_a_listed_reason():
+    importing = set()
+    for name, path in module_names().items():
+        if name.startswith("numba_cache._compat"):
+            continue
+        if any(imported == upstream or imported.startswith(f"{upstream}.")
+               for imported in imported_names(path, name) for upstream in NUMBA_INTERNALS):
+            importing.add(name)
+    assert sorted(importing - set(IMPORTS_NUMBA_INTERNALS)) == []
+    assert sorted(set(IMPORTS_NUMBA_INTERNALS) - importing) == [], "listed, yet imports none"
+
+
+def test_the_map_of_kernels_names_each_of_its_modules():
+    """kernels/__init__.py groups its modules by role for a reader: a module added or
+    removed is put on the map, or taken off it."""
+    import numba_cache.kernels
+
+    modules = {name.rpartition(".")[2] for name in module_names()
+               if name.startswith("numba_cache.kernels.")}
+    mapped = set(re.findall(r":mod:`\.(\w+)`", numba_cache.kernels.__doc__))
+    assert mapped == modules

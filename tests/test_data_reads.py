@@ -142,7 +142,7 @@ def test_pytensor_still_folds_with_its_node_in_a_local_named_node():
 
     from pytensor.tensor.rewriting import basic
 
-    from numba_cache.keys.data_reads import CONSTANT_FOLDING
+    from numba_cache._compat.pytensor_internals import CONSTANT_FOLDING
 
     module, _, name = CONSTANT_FOLDING.rpartition(".")
     assert module == basic.__name__

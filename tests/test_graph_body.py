@@ -180,7 +180,7 @@ import pytensor, pytensor.tensor as pt
 import numba_cache
 from numba_cache.kernels import graph_body
 from numba_cache.kernels.context import current_context
-from numba_cache.kernels.stored_library import symbols_blob_name
+from numba_cache.store.entry_layout import decode_symbols, symbols_blob_name
 
 graph_body.CALLS_PER_FUNCTION = 1
 x = pt.dvector("x")
@@ -192,7 +192,7 @@ store = current_context().store
 symbols = [name for entry in store.entries(kind="graph")
            for blob, data in store.read(entry.fingerprint, entry.key).blobs.items()
            if blob.startswith(symbols_blob_name(""))
-           for name in data.decode().splitlines()]
+           for name in decode_symbols(data)]
 print(json.dumps({"values": [np.asarray(value).tolist() for value in values],
                   "parts": sorted(name for name in symbols if ".part" in name),
                   "stats": dict(numba_cache.session_stats())}))

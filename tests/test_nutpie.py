@@ -123,13 +123,14 @@ def links_naming_a_missing_symbol(root: Path) -> int:
     """Make every wrapper's record say its code calls a symbol no process defines."""
     from numba_cache.kernels import links
     from numba_cache.store import Store, record
+    from numba_cache.store.entry_layout import CFUNC_LINKS_BLOB
 
     store = Store(store_states.settings_for(root))
     changed = 0
     for fingerprint, key in store_states.entries_of(root, {"cfunc"}):
         entry = store.read(fingerprint, key)
-        recorded = links.Links.decode(entry.blobs[links.BLOB])
-        entry.blobs[links.BLOB] = links.Links(
+        recorded = links.Links.decode(entry.blobs[CFUNC_LINKS_BLOB])
+        entry.blobs[CFUNC_LINKS_BLOB] = links.Links(
             recorded.kernels, recorded.hidden, [*recorded.process, "numba_cache_no_such_symbol"],
         ).encode()
         store_states.record_path(root, fingerprint, key).write_bytes(record.encode(entry))

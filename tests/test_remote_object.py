@@ -267,12 +267,13 @@ def test_entries_of_different_signatures_of_one_key_are_merged_never_replaced(bu
     """Two publishers of one kernel key hold different overloads (numba signatures): the
     bucket ends with both, the first's kept, each write a compare-and-swap."""
     from numba_cache.store import Entry, record
+    from numba_cache.store.entry_layout import overload_blob_name
 
     fingerprint, key = "c" * 64, "d" * 64
 
     def entry_record(*signatures: str) -> bytes:
         return record.encode(Entry(key=key, fingerprint=fingerprint, kind="op",
-                                   blobs={f"kernel:{name}": name.encode() * 100
+                                   blobs={overload_blob_name(name): name.encode() * 100
                                           for name in signatures}))
 
     tier = open_tier(settings.current(), lambda *counted: None)
@@ -281,7 +282,7 @@ def test_entries_of_different_signatures_of_one_key_are_merged_never_replaced(bu
     first = tier.backend.get(fingerprint, key)
     assert tier.publish(fingerprint, key, entry_record("int64"), None, merge)
     stored = record.decode(tier.fetch(fingerprint, key, lambda data: data)[0], fingerprint, key)
-    assert set(stored.blobs) == {"kernel:float64", "kernel:int64"}
+    assert set(stored.blobs) == {overload_blob_name("float64"), overload_blob_name("int64")}
     # What adds nothing sends nothing: the stored entry stays as it is.
     merged_body = tier.backend.get(fingerprint, key)
     assert merged_body != first

@@ -797,19 +797,19 @@ def test_verify_finds_problems_then_repairs_them(tmp_path):
 def test_verify_checks_what_entries_promise_each_other(tmp_path):
     """A kernel's object-mode blocks and a rewrite's graph kernel: missing ones are
     dangling (reported, kept by repair); unreadable or wrong-kind promises are problems."""
-    from numba_cache.store.references import BLOCKS_BLOB, graph_key_blob
+    from numba_cache.store import entry_layout as layout
 
     store = open_store(tmp_path)
     kernel = make_entry("kernel")
-    kernel.blobs[BLOCKS_BLOB] = b"uuid-present\nuuid-absent"
+    kernel.blobs[layout.BLOCKS_BLOB] = layout.encode_blocks(["uuid-present", "uuid-absent"])
     block = Entry(key=digest("block"), fingerprint=FINGERPRINT, kind="objmode",
-                  components={"block": "uuid-present"}, blobs={"kernel": b"k"})
+                  components={layout.BLOCK_COMPONENT: "uuid-present"}, blobs={"kernel": b"k"})
 
     def rewrite(name: str, target: str, blob: bytes | None = None) -> Entry:
-        blobs = {"graph": b"g", "kernel_source": b"s",
-                 "graph_key": blob or graph_key_blob("graph", "", {}, target)}
+        blobs = {layout.REWRITTEN_GRAPH_BLOB: b"g", layout.KERNEL_SOURCE_BLOB: b"s",
+                 layout.GRAPH_KEY_BLOB: blob or layout.encode_graph_key("graph", "", {}, target)}
         return Entry(key=digest(name), fingerprint=FINGERPRINT, kind="rewrite",
-                     components={"graph_kernel": target}, blobs=blobs)
+                     components={layout.GRAPH_KERNEL_COMPONENT: target}, blobs=blobs)
 
     fine = rewrite("fine", kernel.key)
     dangling = rewrite("dangling", digest("evicted graph"))
@@ -838,6 +838,44 @@ def test_verify_checks_what_entries_promise_each_other(tmp_path):
 
 
 # Record format
+
+
+def test_the_entry_layout_is_the_format_stores_already_hold():
+    """Blob names and encodings are stored format: these are what stores written before
+    hold, and changing one goes with a new key format version (numba_cache/versions.py)."""
+    from numba_cache.store import entry_layout as layout
+
+    signature = "(float64,)"
+    assert layout.overload_blob_names(signature) == (
+        f"kernel:{signature}", f"symbols:{signature}", f"op-links:{signature}",
+        f"ir:{signature}", "objmode_blocks")
+    assert (layout.WARNINGS_BLOB, layout.CFUNC_LINKS_BLOB, layout.SOURCE_BLOB) == (
+        "warnings", "links", "source")
+    assert (layout.RUNTIME_OBJECT_BLOB, layout.RUNTIME_BITCODE_BLOB,
+            layout.RUNTIME_SYMBOLS_BLOB) == ("object", "bitcode", "symbols")
+    assert layout.REWRITE_BLOBS == ("graph", "graph_key", "kernel_source")
+    assert layout.REWRITE_DATA_BLOB == "data"
+    assert (layout.GRAPH_KERNEL_COMPONENT, layout.BLOCK_COMPONENT) == ("graph_kernel", "block")
+    encoded = [
+        (layout.encode_symbols(["a", "b"]), b"a\nb", layout.decode_symbols, ["a", "b"]),
+        (layout.encode_blocks(["u1", "u2"]), b"u1\nu2", layout.decode_blocks, ["u1", "u2"]),
+        (layout.encode_op_links([("k", b"\x01", "s"), ("k", b"\x01", "s"), ("a", b"", "t")]),
+         b'[["a", "", "t"], ["k", "01", "s"]]', layout.decode_op_links,
+         [("a", b"", "t"), ("k", b"\x01", "s")]),
+        (layout.encode_digest("ab12"), b"ab12", layout.decode_digest, "ab12"),
+        (layout.encode_warnings([{"message": "m"}]), b'[{"message": "m"}]',
+         layout.decode_warnings, [{"message": "m"}]),
+        (layout.encode_cfunc_links({"b": 1, "a": []}), b'{"a": [], "b": 1}',
+         layout.decode_cfunc_links, {"a": [], "b": 1}),
+        (layout.encode_graph_key("graph", "s", {}, "d"),
+         b'{"components": {}, "digest": "d", "kind": "graph", "summary": "s"}',
+         layout.decode_graph_key,
+         {"components": {}, "digest": "d", "kind": "graph", "summary": "s"}),
+    ]
+    for blob, stored, decode, value in encoded:
+        assert blob == stored and decode(blob) == value
+    assert layout.decode_rewrite_data(layout.encode_rewrite_data({"folds": [1]})) == {"folds": [1]}
+    assert layout.decode_warnings(None) == layout.decode_blocks(None) == []
 
 
 def test_blobs_are_compressed_when_that_makes_them_smaller():

@@ -21,7 +21,8 @@ suite fails loudly on an upstream that moved, and shows that a moved seam turns
 the cache off.
 
 The rest of numba_cache reads upstream internals through the plain functions of
-:mod:`.numba_internals` and :mod:`.pytensor_internals`. The global patches it
+:mod:`.numba_internals` and :mod:`.pytensor_internals` (``tests/test_architecture.py``
+lists the modules that import numba's internals themselves, each with why). The global patches it
 installs live here too, each in its own module, installed only while needed:
 :mod:`.numba_unique_ids`, :mod:`.tensor_constant_data`. (Patches bound to the
 logic around them, numba's object-mode compile and ``CFunc.__init__``, stay with

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+#: The rewrite that folds ops over constants: a read of data by it gives derived data, and
+#: :mod:`numba_cache.keys.data_reads` reads its local ``node`` to follow the fold.
+CONSTANT_FOLDING = "pytensor.tensor.rewriting.basic.unconditional_constant_folding"
+
 
 def mode_query(mode):
     """The rewrite query a mode was built with (``Mode._optimizer``)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 
 from numba_cache._compat import require, seam, tensor_constant_data
+from numba_cache._compat.pytensor_internals import CONSTANT_FOLDING
 
 __all__ = ["tensor_constant_data"]  # its seam registers on import
 
@@ -50,8 +51,6 @@ def numba_linker() -> None:
 @seam("constant folding's local 'node'", "pytensor", WRITTEN_FOR, "keys/data_reads.py")
 def constant_folding_node() -> None:
     from pytensor.tensor.rewriting import basic
-
-    from numba_cache.keys.data_reads import CONSTANT_FOLDING
 
     module, _, name = CONSTANT_FOLDING.rpartition(".")
     require(module == basic.__name__ and hasattr(basic, name), f"{CONSTANT_FOLDING} is gone")

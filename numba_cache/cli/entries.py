@@ -10,6 +10,7 @@ from numba_cache.cli.access import CliError, find_entry, fingerprint_prefix, ope
 from numba_cache.cli.formatting import human_age, human_size, human_time, plural, table
 from numba_cache.keys.components import DIGEST_DIGITS, brief, is_node_list
 from numba_cache.store import KINDS, CorruptEntry, Entry
+from numba_cache.store.entry_layout import SOURCE_BLOB
 
 #: ``--sort`` orders: the entry field, largest or newest first.
 SORTS = {
@@ -155,7 +156,7 @@ def _source(entry: Entry, source_path) -> str | None:
     try:
         return source_path.read_text(errors="replace")
     except FileNotFoundError:
-        blob = entry.blobs.get("source")
+        blob = entry.blobs.get(SOURCE_BLOB)
         return None if blob is None else blob.decode(errors="replace")
 
 

@@ -40,13 +40,8 @@ from numba_cache.keys.kernels import graph_kernel_key, op_calls_setting
 from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
-from numba_cache.store import Entry
-from numba_cache.store.references import (
-    GRAPH_KERNEL_COMPONENT,
-    GRAPH_KEY_BLOB,
-    graph_key_blob,
-    graph_key_fields,
-)
+from numba_cache.store import Entry, entry_layout
+from numba_cache.store.references import graph_key_fields
 
 #: The reason counted (``uncacheable:<reason>``) for a rewrite whose key could not be made.
 UNKEYABLE_REWRITE = "unkeyable-rewrite"
@@ -195,7 +190,7 @@ class RewriteLookup:
 
     def _restore_for_data(self, entry) -> bool:
         try:
-            data = pickle.loads(entry.blobs["data"])
+            data = entry_layout.decode_rewrite_data(entry.blobs[entry_layout.REWRITE_DATA_BLOB])
         except Exception as exc:  # an unusable entry is a miss, never a failed compile
             return self._discard(self.data_key, exc)
         try:
@@ -221,8 +216,10 @@ class RewriteLookup:
         given = list(self.fgraph.outputs)
         try:
             graph_key = Key(**graph_key_fields(entry))
-            outputs = _unpickle_outputs(entry.blobs["graph"], self.fgraph.inputs, slots)
-            expected_source = entry.blobs["kernel_source"].decode()
+            outputs = _unpickle_outputs(entry.blobs[entry_layout.REWRITTEN_GRAPH_BLOB],
+                                        self.fgraph.inputs, slots)
+            expected_source = entry_layout.decode_digest(
+                entry.blobs[entry_layout.KERNEL_SOURCE_BLOB])
             _replace_outputs(self.fgraph, outputs)
             known = known_graph_kernel(self.fgraph, graph_key)
             restored_source = digest(known.generated.source)
@@ -280,12 +277,16 @@ class RewriteLookup:
             graph_key = graph_kernel_key(self.fgraph, self.context.fingerprint, order,
                                          op_calls_setting(self.context.settings))
             known = known_graph_kernel(self.fgraph, graph_key, order)
-            blobs = {"graph": _pickle_outputs(self.fgraph, [c for c, _ in slotted]),
-                     GRAPH_KEY_BLOB: graph_key_blob(graph_key.kind, graph_key.summary,
-                                                    graph_key.components, graph_key.digest),
-                     "kernel_source": digest(known.generated.source).encode()}
+            blobs = {
+                entry_layout.REWRITTEN_GRAPH_BLOB: _pickle_outputs(
+                    self.fgraph, [c for c, _ in slotted]),
+                entry_layout.GRAPH_KEY_BLOB: entry_layout.encode_graph_key(
+                    graph_key.kind, graph_key.summary, graph_key.components, graph_key.digest),
+                entry_layout.KERNEL_SOURCE_BLOB: entry_layout.encode_digest(
+                    digest(known.generated.source)),
+            }
             if reads is not None:
-                blobs["data"] = pickle.dumps({
+                blobs[entry_layout.REWRITE_DATA_BLOB] = entry_layout.encode_rewrite_data({
                     "questions": reads.questions(),
                     "answers": reads.answer_list(),
                     "folds": reads.folds,
@@ -300,7 +301,7 @@ class RewriteLookup:
             fingerprint=self.context.fingerprint.digest,
             kind="rewrite",
             summary=key.summary,
-            components=key.components | {GRAPH_KERNEL_COMPONENT: graph_key.digest},
+            components=key.components | {entry_layout.GRAPH_KERNEL_COMPONENT: graph_key.digest},
             created=time.time(),
             blobs=blobs,
         ))

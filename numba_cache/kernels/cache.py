@@ -30,14 +30,7 @@ from numba_cache.kernels import (collisions, compile_ahead, op_links, replay, re
                                  stored_library)
 from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
 from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
-from numba_cache.store import Entry
-from numba_cache.store.references import BLOCKS_BLOB
-
-_OVERLOAD_PREFIX = "kernel:"
-
-
-def overload_blob_name(signature) -> str:
-    return f"{_OVERLOAD_PREFIX}{signature}"
+from numba_cache.store import Entry, entry_layout
 
 
 class KernelCache(_Cache):
@@ -208,7 +201,7 @@ class KernelCache(_Cache):
             return None, None
         entry = store.load(fingerprint, other)
         if (entry is None or not entry.cacheable or entry.kind != "graph"
-                or overload_blob_name(sig) not in entry.blobs):
+                or entry_layout.overload_blob_name(sig) not in entry.blobs):
             return None, None
         cres = self._met_and_rebuilt(entry, sig, target_context)
         if cres is None:
@@ -229,7 +222,8 @@ class KernelCache(_Cache):
         if entry is None:
             entry = context.store.load(context.fingerprint.digest, key.digest)
         cres = None
-        if entry is not None and entry.cacheable and overload_blob_name(sig) in entry.blobs:
+        if (entry is not None and entry.cacheable
+                and entry_layout.overload_blob_name(sig) in entry.blobs):
             cres = self._met_and_rebuilt(entry, sig, target_context)
         if cres is None:
             self._linked_missed.add(sig)
@@ -303,7 +297,7 @@ class KernelCache(_Cache):
     def _met_and_rebuilt(self, entry: Entry, sig, target_context):
         """The kernel of a cacheable `entry` for `sig`, once the op kernels it calls are
         loaded (:mod:`.op_links`); None if they cannot all be."""
-        links = entry.blobs.get(op_links.blob_name(sig))
+        links = entry.blobs.get(entry_layout.op_links_blob_name(sig))
         if links is not None:
             unmet = op_links.meet(self._context, links, target_context, self._load_op)
             if unmet is not None:
@@ -382,29 +376,29 @@ class KernelCache(_Cache):
             return
         existing = self._entry
         blobs = dict(existing.blobs) if existing is not None and existing.cacheable else {}
-        blobs[collisions.ir_blob_name(sig)] = collisions.ir_digest(
-            llvm_ir, self._function_name).encode()
+        blobs[entry_layout.ir_digest_blob_name(sig)] = entry_layout.encode_digest(
+            collisions.ir_digest(llvm_ir, self._function_name))
         blocks = [] if self._object_mode else object_mode_blocks.named_blocks(
-            llvm_ir, blobs.get(BLOCKS_BLOB, b"").decode())
+            llvm_ir, *entry_layout.decode_blocks(blobs.get(entry_layout.BLOCKS_BLOB)))
         # A large graph's IR text is megabytes: let it go before the payload is made.
         del llvm_ir
         try:
-            blobs[overload_blob_name(sig)] = dump_compile_result(
+            blobs[entry_layout.overload_blob_name(sig)] = dump_compile_result(
                 cres, keep_environment=self._object_mode)
-            blobs[stored_library.symbols_blob_name(sig)] = stored_library.defined_symbols(
+            blobs[entry_layout.symbols_blob_name(sig)] = stored_library.defined_symbols(
                 cres.library)
         except Exception as exc:
             verdict = Uncacheable("unserializable", f"numba could not serialize it: {exc!r}")
             report.uncacheable(self._context, self._key, verdict)
             return
         if self._op_calls:
-            blobs[op_links.blob_name(sig)] = op_links.encode(self._op_calls)
+            blobs[entry_layout.op_links_blob_name(sig)] = op_links.encode(self._op_calls)
         if self._object_mode:
             self._save(cacheable=True, verdict=None, blobs=blobs)
             return
         object_mode_blocks.note_blocks(blocks)
         if blocks:
-            blobs[BLOCKS_BLOB] = "\n".join(blocks).encode()
+            blobs[entry_layout.BLOCKS_BLOB] = entry_layout.encode_blocks(blocks)
         self._save(cacheable=True, verdict=None, blobs=blobs)
         if self._code_key is not None:
             self._context.store.record_graph_of_code(
@@ -420,7 +414,8 @@ class KernelCache(_Cache):
         if verdict is not None:
             components["detail"] = verdict.detail
         if cacheable and self._warnings:  # an uncacheable kernel converts, and warns, every time
-            blobs = blobs | {replay.WARNINGS_BLOB: replay.encode(self._warnings)}
+            blobs = blobs | {
+                entry_layout.WARNINGS_BLOB: entry_layout.encode_warnings(self._warnings)}
         entry = Entry(
             key=self._key.digest,
             fingerprint=self._context.fingerprint.digest,
@@ -438,22 +433,20 @@ class KernelCache(_Cache):
 def _overload_blobs(blobs: dict, sig) -> dict:
     """The blobs of one signature's overload among a kernel entry's `blobs`, with the
     object-mode blocks it names (and, for lack of a way to tell, any other's)."""
-    names = (overload_blob_name(sig), stored_library.symbols_blob_name(sig),
-             op_links.blob_name(sig), collisions.ir_blob_name(sig), BLOCKS_BLOB)
-    return {name: blobs[name] for name in names if name in blobs}
+    return {name: blobs[name] for name in entry_layout.overload_blob_names(sig) if name in blobs}
 
 
 def rebuild(context, entry: Entry, sig, target_context):
     """The compile result of `entry` for `sig`, or None; an entry that cannot be loaded
     is removed (reported and counted as corrupt)."""
-    payload = entry.blobs.get(overload_blob_name(sig))
+    payload = entry.blobs.get(entry_layout.overload_blob_name(sig))
     if payload is None:
         return None
     try:
-        object_mode_blocks.note_blocks(
-            object_mode_blocks.named_blocks(entry.blobs.get(BLOCKS_BLOB, b"").decode()))
+        object_mode_blocks.note_blocks(object_mode_blocks.named_blocks(
+            *entry_layout.decode_blocks(entry.blobs.get(entry_layout.BLOCKS_BLOB))))
         return load_compile_result(payload, target_context,
-                                   entry.blobs.get(stored_library.symbols_blob_name(sig)))
+                                   entry.blobs.get(entry_layout.symbols_blob_name(sig)))
     except Exception as exc:  # any failure to rebuild means the entry is unusable
         report.remove_corrupt(context, entry.key, f"entry {entry.key[:12]} ({entry.summary}), "
                               f"its kernel could not be loaded: {exc!r}; recompiling",

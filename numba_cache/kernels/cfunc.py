@@ -34,6 +34,7 @@ from numba_cache.kernels.self_contained import SelfContainedCompiler
 from numba_cache.kernels.uncacheable import Uncacheable
 from numba_cache.keys.key import Key
 from numba_cache.logs import logger
+from numba_cache.store import entry_layout
 
 #: ``recognizer(pyfunc) -> (summary, components, entry points) | None``.
 Recognizer = Callable[[Callable], "tuple[str, dict, Sequence] | None"]
@@ -65,7 +66,7 @@ class CFuncCache(KernelCache):
         return super()._load_from(entry, sig, target_context)
 
     def _unmet(self, entry) -> str | None:
-        payload = entry.blobs.get(links.BLOB)
+        payload = entry.blobs.get(entry_layout.CFUNC_LINKS_BLOB)
         if payload is None:
             return "its links were not recorded"
         try:
@@ -90,7 +91,7 @@ class CFuncCache(KernelCache):
 
     def _save(self, cacheable, verdict, blobs):
         if cacheable:
-            blobs = blobs | {links.BLOB: self._links.encode()}
+            blobs = blobs | {entry_layout.CFUNC_LINKS_BLOB: self._links.encode()}
         super()._save(cacheable, verdict, blobs)
 
 

@@ -28,9 +28,7 @@ from dataclasses import dataclass
 
 from numba_cache.kernels import report
 from numba_cache.keys.key import Key
-from numba_cache.store import StoreWarning
-
-_IR_PREFIX = "ir:"
+from numba_cache.store import StoreWarning, entry_layout
 
 _UNIQUE_ID = re.compile(r"B(\d+)v")
 _LENGTH_TAG = re.compile(r"B(\d+)")
@@ -87,11 +85,6 @@ def _without_names(text: str, function_name: str | None) -> str:
     return text if function_name is None else text.replace(function_name, _FUNCTION_NAME)
 
 
-def ir_blob_name(signature) -> str:
-    """The blob holding the IR digest of the overload compiled for `signature`."""
-    return f"{_IR_PREFIX}{signature}"
-
-
 @dataclass(frozen=True)
 class Collision:
     """A hit whose served code differs from what its key compiles to now."""
@@ -125,13 +118,13 @@ def served_code_matches(context, key, served, signature, llvm_ir: str,
 
     On a mismatch the entry is removed, counted as ``collision`` and warned about.
     """
-    recorded = served.blobs.get(ir_blob_name(signature))
+    recorded = served.blobs.get(entry_layout.ir_digest_blob_name(signature))
     if recorded is None:  # written by a numba_cache that recorded no IR: nothing to compare
         report.record(context, "verify.unrecorded")
         return True
     # Graph entries written before graph functions were digested without their names
     # hold the digest of the IR as it is.
-    recorded = recorded.decode()
+    recorded = entry_layout.decode_digest(recorded)
     if recorded == ir_digest(llvm_ir, function_name) or (
             function_name is not None and recorded == ir_digest(llvm_ir)):
         report.record(context, "verify.same")

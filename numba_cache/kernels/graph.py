@@ -44,6 +44,7 @@ from numba_cache.keys.kernels import (
     op_calls_setting,
 )
 from numba_cache.keys.order import execution_order
+from numba_cache.store import entry_layout
 
 
 @dataclass(frozen=True)
@@ -224,7 +225,7 @@ def _tell_what_conversion_tells(cache: KernelCache) -> None:
     """
     entry = cache.prefetch()
     if entry is not None and entry.cacheable:
-        replay.emit(replay.decode(entry.blobs.get(replay.WARNINGS_BLOB)))
+        replay.emit(entry_layout.decode_warnings(entry.blobs.get(entry_layout.WARNINGS_BLOB)))
     else:
         cache.prepare_now()
 

@@ -22,7 +22,6 @@ symbol.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -30,8 +29,7 @@ from dataclasses import asdict, dataclass
 from numba_cache._compat import numba_internals
 from numba_cache.kernels import hidden_symbols
 from numba_cache.kernels.uncacheable import Uncacheable
-
-BLOB = "links"
+from numba_cache.store import entry_layout
 
 
 @dataclass(frozen=True)
@@ -42,11 +40,11 @@ class Links:
     process: list
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
+        return entry_layout.encode_cfunc_links(asdict(self))
 
     @classmethod
     def decode(cls, payload: bytes) -> Links:
-        return cls(**json.loads(payload))
+        return cls(**entry_layout.decode_cfunc_links(payload))
 
 
 def required(library, entry_points: Sequence) -> Links | Uncacheable:

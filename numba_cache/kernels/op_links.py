@@ -20,18 +20,13 @@ against the op kernels as they are now, and its entry replaced.
 
 from __future__ import annotations
 
-import json
 import threading
 
-BLOB_PREFIX = "op-links:"
+from numba_cache.store import entry_layout
 
 _compiled: dict = {}  # (op key digest, numba signature) -> CompileResult
 _from_store: set = set()  # the keys of _compiled loaded by meet(), not compiled here
 _lock = threading.Lock()
-
-
-def blob_name(signature) -> str:
-    return f"{BLOB_PREFIX}{signature}"
 
 
 def note(key_digest: str, signature: tuple, compiled, from_store: bool = False,
@@ -71,9 +66,8 @@ def encode(calls: list[tuple[str, tuple, str]]) -> bytes:
     """The links blob of a graph kernel: ``(op key digest, signature, symbol)`` per op kernel."""
     from numba.core import serialize
 
-    rows = sorted({(key, serialize.dumps(signature).hex(), symbol)
-                   for key, signature, symbol in calls})
-    return json.dumps(rows).encode()
+    return entry_layout.encode_op_links(
+        (key, serialize.dumps(signature), symbol) for key, signature, symbol in calls)
 
 
 def meet(context, payload: bytes, target_context, load_op) -> str | None:
@@ -84,8 +78,8 @@ def meet(context, payload: bytes, target_context, load_op) -> str | None:
     """
     from numba.core import serialize
 
-    for key_digest, signature_hex, symbol in json.loads(payload):
-        signature = serialize.loads(bytes.fromhex(signature_hex))
+    for key_digest, pickled_signature, symbol in entry_layout.decode_op_links(payload):
+        signature = serialize.loads(pickled_signature)
         kernel = compiled(key_digest, signature)
         if kernel is None:
             entry = context.store.load(context.fingerprint.digest, key_digest)

@@ -17,12 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import warnings
 from collections.abc import Iterator
-
-#: The blob of a graph entry holding its conversion warnings (JSON, a list).
-WARNINGS_BLOB = "warnings"
 
 
 @contextlib.contextmanager
@@ -45,17 +41,6 @@ def emit(recorded: list[dict]) -> None:
     for warning in recorded:
         warnings.warn_explicit(warning["message"], _category(warning["category"]),
                                warning["filename"], warning["lineno"])
-
-
-def encode(recorded: list[dict]) -> bytes:
-    return json.dumps(recorded).encode()
-
-
-def decode(blob: bytes | None) -> list[dict]:
-    """The warnings stored in `blob`; none for an entry stored without any."""
-    if not blob:
-        return []
-    return json.loads(blob)
 
 
 def _describe(warning: warnings.WarningMessage) -> dict:

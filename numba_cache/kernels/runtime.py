@@ -21,10 +21,9 @@ from numba_cache.kernels import report, stored_library
 from numba_cache.keys.key import Key
 from numba_cache.logs import logger
 from numba_cache.store import Entry
+from numba_cache.store.entry_layout import (RUNTIME_BITCODE_BLOB, RUNTIME_OBJECT_BLOB,
+                                            RUNTIME_SYMBOLS_BLOB)
 
-OBJECT_BLOB = "object"
-BITCODE_BLOB = "bitcode"
-SYMBOLS_BLOB = "symbols"
 _LIBRARY_NAME = "nrt"
 
 
@@ -72,8 +71,9 @@ def _load(context, key: Key, target_context):
     if entry is None or not entry.cacheable:
         return None
     try:
-        state = (_LIBRARY_NAME, "object", (entry.blobs[OBJECT_BLOB], entry.blobs[BITCODE_BLOB]))
-        symbols = entry.blobs.get(SYMBOLS_BLOB)
+        state = (_LIBRARY_NAME, "object",
+                 (entry.blobs[RUNTIME_OBJECT_BLOB], entry.blobs[RUNTIME_BITCODE_BLOB]))
+        symbols = entry.blobs.get(RUNTIME_SYMBOLS_BLOB)
         if symbols is None:
             return target_context.codegen().unserialize_library(state)
         return stored_library.load(target_context.codegen(), state, symbols)
@@ -98,5 +98,6 @@ def store(context, library) -> None:
         kind=key.kind,
         summary=key.summary,
         components=dict(key.components),
-        blobs={OBJECT_BLOB: object_code, BITCODE_BLOB: bitcode, SYMBOLS_BLOB: symbols},
+        blobs={RUNTIME_OBJECT_BLOB: object_code, RUNTIME_BITCODE_BLOB: bitcode,
+               RUNTIME_SYMBOLS_BLOB: symbols},
     ), source=None)

@@ -20,12 +20,7 @@ import llvmlite.binding as llvm
 from numba.core.codegen import JITCodeLibrary
 
 from numba_cache._compat import numba_internals
-
-SYMBOLS_BLOB_PREFIX = "symbols:"
-
-
-def symbols_blob_name(signature) -> str:
-    return f"{SYMBOLS_BLOB_PREFIX}{signature}"
+from numba_cache.store import entry_layout
 
 
 class StoredLibrary(JITCodeLibrary):
@@ -50,7 +45,7 @@ def defined_symbols(library) -> bytes:
     module = numba_internals.module_for_linking(library)
     names = sorted({value.name for value in (*module.functions, *module.global_variables)
                     if not value.is_declaration})
-    return "\n".join(names).encode()
+    return entry_layout.encode_symbols(names)
 
 
 def load(codegen, library_state: tuple, symbols: bytes) -> StoredLibrary:
@@ -59,6 +54,5 @@ def load(codegen, library_state: tuple, symbols: bytes) -> StoredLibrary:
     if kind != "object":
         raise ValueError(f"a stored kernel's library is {kind!r} code, not object code")
     library = StoredLibrary(codegen, name, linking_bitcode)
-    numba_internals.load_object_code(library, object_code,
-                                     [name for name in symbols.decode().split("\n") if name])
+    numba_internals.load_object_code(library, object_code, entry_layout.decode_symbols(symbols))
     return library

@@ -31,7 +31,7 @@ from numba_cache.keys.graph import (
 )
 from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order
-from numba_cache.store.references import BLOCK_COMPONENT
+from numba_cache.store.entry_layout import BLOCK_COMPONENT
 
 #: How a graph kernel calls its op kernels (the ``op_calls`` component of its key):
 #: by symbol (:mod:`numba_cache.kernels.symbol_calls`), or linked in as numba links them.

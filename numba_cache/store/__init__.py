@@ -3,7 +3,8 @@
 :class:`Store` is the API (:func:`open_store` gives a :class:`NullStore` when the
 cache is disabled); entries are :class:`Entry` objects, saved as records
 (:mod:`.record`) by a backend (:mod:`.backend`, :mod:`.local`) and indexed in
-SQLite (:mod:`.index`) for listings, LRU eviction and counters.
+SQLite (:mod:`.index`) for listings, LRU eviction and counters. What an entry holds,
+blob by blob, and how each blob is encoded, is :mod:`.entry_layout`'s alone.
 """
 
 from .entry import KINDS, Entry

@@ -19,18 +19,11 @@ block at its first run), never a wrong result, so it is reported, not repaired.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from .entry import Entry, is_sha256_hex
-
-GRAPH_KEY_BLOB = "graph_key"
-GRAPH_KERNEL_COMPONENT = "graph_kernel"
-BLOCKS_BLOB = "objmode_blocks"
-BLOCK_COMPONENT = "block"
-#: The blobs a cacheable rewrite entry cannot be restored without.
-REWRITE_BLOBS = ("graph", GRAPH_KEY_BLOB, "kernel_source")
-
+from .entry_layout import (BLOCK_COMPONENT, BLOCKS_BLOB, GRAPH_KERNEL_COMPONENT, GRAPH_KEY_BLOB,
+                           REWRITE_BLOBS, decode_blocks, decode_graph_key)
 
 #: The blobs :meth:`References.add` reads of an entry (``verify`` inflates only these).
 BLOBS_READ = (*REWRITE_BLOBS, BLOCKS_BLOB)
@@ -43,7 +36,7 @@ def graph_key_fields(entry: Entry) -> dict:
     if missing:
         raise ValueError(f"rewrite entry without its {', '.join(missing)} blob")
     try:
-        fields = json.loads(entry.blobs[GRAPH_KEY_BLOB])
+        fields = decode_graph_key(entry.blobs[GRAPH_KEY_BLOB])
         kind, digest, components = fields["kind"], fields["digest"], fields["components"]
     except (ValueError, TypeError, KeyError):
         raise ValueError("unreadable graph key (not the JSON this version writes)") from None
@@ -54,12 +47,6 @@ def graph_key_fields(entry: Entry) -> dict:
     if components.get("fingerprint", entry.fingerprint) != entry.fingerprint:
         raise ValueError("its graph key is of another environment fingerprint")
     return fields
-
-
-def graph_key_blob(kind: str, summary: str, components: dict, digest: str) -> bytes:
-    """The ``graph_key`` blob of a rewrite entry (read back by :func:`graph_key_fields`)."""
-    fields = {"kind": kind, "summary": summary, "components": components, "digest": digest}
-    return json.dumps(fields, sort_keys=True).encode()
 
 
 @dataclass(frozen=True)
@@ -100,7 +87,7 @@ class References:
                 return str(error)
             target = entry.components[GRAPH_KERNEL_COMPONENT]
             self._references.append(Reference(entry.fingerprint, entry.key, entry.kind, target, False))
-        for uuid in entry.blobs.get(BLOCKS_BLOB, b"").decode(errors="replace").split():
+        for uuid in decode_blocks(entry.blobs.get(BLOCKS_BLOB), errors="replace"):
             self._references.append(Reference(entry.fingerprint, entry.key, entry.kind, uuid, True))
         return None
 

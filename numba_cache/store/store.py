@@ -12,6 +12,7 @@ from pathlib import Path
 from ..settings import Settings
 from . import checkpoints, record, registry_notes, vouches
 from .entry import Entry, check_address, check_name
+from .entry_layout import SOURCE_BLOB
 from .eviction import EVICTION_TARGET
 from .index import Index
 from .local import LocalBackend, may_write_under, stored_size, warn_if_writable_by_others
@@ -82,7 +83,7 @@ class Store(Maintenance):
             self._discard_corrupt(fingerprint, key, problem)
             return None
         # The .py copy is the "source" blob, so this is what the entry occupies.
-        entry.size = len(data) + len(entry.blobs.get("source", b""))
+        entry.size = len(data) + len(entry.blobs.get(SOURCE_BLOB, b""))
         if not self.readonly:
             self._index.record_hit(entry, entry.size, time.time())
         return entry

@@ -6,13 +6,14 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .entry_layout import SOURCE_BLOB
 from .index import Index
 from .local import LocalBackend
 from .record import CorruptEntry, decode
 from .references import BLOBS_READ, References
 
 #: What verify inflates: what references read, and the source its .py copy must equal.
-_BLOBS_CHECKED_DECODED = frozenset({*BLOBS_READ, "source"})
+_BLOBS_CHECKED_DECODED = frozenset({*BLOBS_READ, SOURCE_BLOB})
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
                 backend.remove(fingerprint, key)
                 index.drop([(fingerprint, key)])
             continue
-        source = entry.blobs.get("source")
+        source = entry.blobs.get(SOURCE_BLOB)
         copy = backend.read_source(fingerprint, key)
         if source is not None and copy is not None and copy != source:
             problem = "the .py copy differs from the record's source"
