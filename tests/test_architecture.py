@@ -107,7 +107,7 @@ LAYERS = (
     ("kernels",),  # where a numba compile turns into a cache lookup
     ("integration", "diagnostics", "evaluation"),
     ("portable",),
-    ("cli", "__main__", ""),
+    ("cli", "pytest_plugin", "pytest_summary", "__main__", ""),  # the ways in
 )
 
 #: Imports of a module of a higher layer, kept on purpose, by importing module: why.
