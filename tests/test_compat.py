@@ -36,7 +36,7 @@ def test_the_seam_is_where_numba_cache_looks(seam):
 
 
 def test_the_checks_a_vouch_leaves_to_run_compile_nothing():
-    """A vouch (numba_cache/store/vouches.py) skips only the seams marked ``compiles``: in a
+    """A vouch (numba_cache/store/tier_notes.py) skips only the seams marked ``compiles``: in a
     fresh process, the others compile nothing and leave numba's runtime uninitialised."""
     result = run_python("""
         import json

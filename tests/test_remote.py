@@ -18,7 +18,7 @@ from helpers import MOVED_FUNCTION_IDS, run_cli
 from redis_server import RedisServer, ServerUnavailable, redis_server
 from remote_machines import GRAPHS, OTHER_SECRET, SECRET, fresh_machine, machine, unavailable
 
-from numba_cache.store import vouches
+from numba_cache.store import tier_notes
 from numba_cache.store.remote import envelope
 
 # Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
@@ -272,7 +272,7 @@ def test_command_line_stats_list_and_clear_the_remote_tier(remote, published, tm
 # A fresh local store on a warm tier: the self-test too is vouched for by the tier
 
 def vouch_name(remote: dict, fingerprint: str) -> str:
-    return f"{remote['prefix']}:{fingerprint}:{vouches.KEY}"
+    return f"{remote['prefix']}:{fingerprint}:{tier_notes.VOUCH_KEY}"
 
 
 def test_a_fresh_store_on_a_warm_tier_compiles_nothing_not_even_the_self_test(remote, tmp_path):

@@ -85,7 +85,7 @@ def _self_test_passed(context: CacheContext) -> bool:
     component), so warm processes pay one small read. The fingerprint holds every
     package version, so new upstream versions are checked again.
 
-    A new store whose remote tier vouches for the fingerprint (:mod:`numba_cache.store.vouches`)
+    A new store whose remote tier vouches for the fingerprint (:mod:`numba_cache.store.tier_notes`)
     runs only the checks that compile nothing: the others would compile the same
     probes with the same packages, CPU and settings as the process that vouched.
     So a fresh CI job on a warm tier compiles nothing at all (numba's runtime comes

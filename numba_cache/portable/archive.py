@@ -210,7 +210,7 @@ def _check_numba(store: Store, current: Fingerprint, vouched: bool) -> None:
     An archive holding this fingerprint's entries and components (`vouched`) comes
     from a store where the self-test passed for it, so the checks that compile (a
     tiny kernel's round trip) are left out, as a vouch on the shared tier does
-    (:mod:`numba_cache.store.vouches`); the others run.
+    (:mod:`numba_cache.store.tier_notes`); the others run.
     """
     if store.fingerprint_components(current.digest) is not None:
         return

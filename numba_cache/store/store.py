@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..settings import Settings
-from . import checkpoints, record, registry_notes, vouches
+from . import checkpoints, record, tier_notes
 from .entry import Entry, check_address, check_name
 from .entry_layout import SOURCE_BLOB
 from .eviction import EVICTION_TARGET
@@ -253,11 +253,11 @@ class Store(Maintenance):
     def completed_registry(self, fingerprint: str, partial: str, far: bool = False
                            ) -> str | None:
         """The complete rewrite-registry digest noted for `partial`: beside the entries, or
-        else, if `far`, on the remote tier (:mod:`.registry_notes`), then noted locally too."""
+        else, if `far`, on the remote tier (:mod:`.tier_notes`), then noted locally too."""
         complete = super().completed_registry(fingerprint, partial)
         if complete is None and far and self.remote is not None:
-            fetched = self.remote.fetch(fingerprint, registry_notes.key(partial),
-                                        functools.partial(registry_notes.decode, partial))
+            fetched = self.remote.fetch(fingerprint, tier_notes.registry_key(partial),
+                                        functools.partial(tier_notes.REGISTRY.decode, partial))
             if fetched is not None:
                 complete = fetched[0]
                 super().record_completed_registry(fingerprint, partial, complete)
@@ -267,22 +267,22 @@ class Store(Maintenance):
                                   far: bool = False) -> None:
         super().record_completed_registry(fingerprint, partial, complete)
         if far and self.remote is not None and not self.readonly:
-            self.remote.publish(fingerprint, registry_notes.key(partial),
-                                registry_notes.encode(partial, complete), None)
+            self.remote.publish(fingerprint, tier_notes.registry_key(partial),
+                                tier_notes.REGISTRY.encode(partial, complete), None)
 
     def vouch(self, fingerprint: str, components: dict) -> None:
         """Publish to the remote tier, if any, that the self-test passed for `fingerprint`
-        (:mod:`.vouches`)."""
+        (:mod:`.tier_notes`)."""
         if self.remote is not None:
-            self.remote.publish(fingerprint, vouches.KEY, vouches.encode(fingerprint, components),
-                                None)
+            self.remote.publish(fingerprint, tier_notes.VOUCH_KEY,
+                                tier_notes.VOUCH.encode(fingerprint, components), None)
 
     def vouched(self, fingerprint: str) -> bool:
         """Whether the remote tier holds a vouch for `fingerprint` signed with our secret."""
         if self.remote is None:
             return False
-        fetched = self.remote.fetch(fingerprint, vouches.KEY,
-                                    functools.partial(vouches.decode, fingerprint))
+        fetched = self.remote.fetch(fingerprint, tier_notes.VOUCH_KEY,
+                                    functools.partial(tier_notes.VOUCH.decode, fingerprint))
         return fetched is not None
 
     def _discard_corrupt(self, fingerprint: str, key: str, problem: Exception) -> None:

@@ -1,0 +1,66 @@
+"""Notes on the remote tier: small facts about a fingerprint that spare a fresh store work,
+stored as entries under reserved keys and signed like any entry.
+
+- The *vouch* (:data:`VOUCH`, at :data:`VOUCH_KEY`): the self-test passed for this
+  fingerprint. The self-test (:mod:`numba_cache.kernels.context`) compiles probe kernels
+  once per fingerprint and local store; a new store whose tier vouches for the exact
+  fingerprint digest (every package version, the CPU, numba's and PyTensor's settings)
+  skips the checks that compile: they would compile the same code with the same numba
+  and give the same answer.
+- The *completed registry* (:data:`REGISTRY`, at :func:`registry_key`): a rewrite key
+  holds the digest of PyTensor's rewrite registry as if the modules that register
+  rewrites on import were imported (:func:`numba_cache.keys.rewrites.complete_rewrites_digest`);
+  a process that has not imported them learns the complete digest from a note, or imports
+  them (about 0.17 s: ``scipy.sparse``). The same PyTensor, pinned by the fingerprint the
+  note is filed under, registers the same rewrites.
+
+A note is a JSON object: its kind's format, what it is about, and its value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from .record import CorruptEntry
+
+
+@dataclass(frozen=True)
+class NoteKind:
+    """A kind of note: its format tag, the field naming what a note is about, and the field
+    holding its value, of `value_type`."""
+
+    format: str
+    about: str
+    value: str
+    value_type: type
+
+    def encode(self, about: str, value) -> bytes:
+        return json.dumps({"format": self.format, self.about: about, self.value: value},
+                          sort_keys=True).encode()
+
+    def decode(self, about: str, data: bytes):
+        """The value of a note of this kind about `about`; raises :class:`CorruptEntry` for
+        anything else (the tier then counts it as damaged and deletes it)."""
+        try:
+            note = json.loads(data)
+        except ValueError as error:
+            raise CorruptEntry(f"not a note: {error}") from None
+        if not (isinstance(note, dict) and note.get("format") == self.format
+                and note.get(self.about) == about
+                and isinstance(note.get(self.value), self.value_type)):
+            raise CorruptEntry(f"not a {self.format} note about {about[:12]}")
+        return note[self.value]
+
+
+VOUCH = NoteKind("numba_cache vouch 1", "fingerprint", "components", dict)
+REGISTRY = NoteKind("numba_cache completed registry 1", "partial", "complete", str)
+
+#: The address of a fingerprint's vouch: no kernel's key (a SHA-256 of its components).
+VOUCH_KEY = hashlib.sha256(b"numba_cache: the self-test passed for this fingerprint").hexdigest()
+
+
+def registry_key(partial: str) -> str:
+    """The address of the note for the registry digest `partial` (no kernel's key)."""
+    return hashlib.sha256(f"numba_cache: the registry {partial} completed".encode()).hexdigest()
