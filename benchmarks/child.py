@@ -95,7 +95,7 @@ def _key_milliseconds(model, function) -> dict:
     from pytensor.compile.mode import get_mode
     from pytensor.compile.rebuild import construct_function_ins_and_outs
 
-    from numba_cache.integration.rewrite_cache import RewriteLookup
+    from numba_cache.rewritten.rewrite_cache import RewriteLookup
     from numba_cache.kernels.context import current_context
     from numba_cache.keys.kernels import graph_kernel_key
 

@@ -41,10 +41,10 @@ FIGURES = [
     Figure("compile_rss_total_cold", "B", "… both peaks together"),
     Figure("call", "us", "per call"),
     Figure("call_trusted", "us", "per call, `trust_input=True`"),
-    Figure("linked_build", "s", "linked tier: its build in the helper, after the process asking"),
-    Figure("warm_linked", "s", "linked tier: warm compile, its build stored (vs warm)", "warm"),
-    Figure("call_linked", "us", "linked tier: per call (vs per call)", "call"),
-    Figure("call_trusted_linked", "us", "linked tier: per call, `trust_input=True` (vs same)",
+    Figure("linked_build", "s", "linked build: its build in the helper, after the process asking"),
+    Figure("warm_linked", "s", "linked build: warm compile, its build stored (vs warm)", "warm"),
+    Figure("call_linked", "us", "linked build: per call (vs per call)", "call"),
+    Figure("call_trusted_linked", "us", "linked build: per call, `trust_input=True` (vs same)",
            "call_trusted"),
     Figure("rewrite_key", "ms", "pre-rewrite key (`rewrite_key`)"),
     Figure("graph_key", "ms", "graph kernel key (`graph_kernel_key`)"),
@@ -85,8 +85,8 @@ TARGETS = [
     Target("peak resident memory added by the cold compile (with its helper's)",
            "compile_rss_total_cold", 0.5, "large"),
     Target("per call, default", "call", 1.10, "large"),
-    Target("per call, linked tier", "call_linked", 1.02),
-    Target("per call, linked tier", "call_linked", 1.02, "large"),
+    Target("per call, linked build", "call_linked", 1.02),
+    Target("per call, linked build", "call_linked", 1.02, "large"),
 ]
 TARGET_MODEL = "radon"
 

@@ -11,7 +11,7 @@ For each repeat, model and mode, in a new work directory (empty caches, see
    the base and the variants before it; the disk is measured after the last;
 5. new model: another graph made of the same ops (the model on a dataset of
    other sizes, or another draw of the large model's terms), after all the above;
-6. linked tier (``NUMBA_CACHE``): with ``NBCACHE_LINK_BACKGROUND=1``, a process
+6. linked build (``NUMBA_CACHE``): with ``NBCACHE_LINK_BACKGROUND=1``, a process
    asks for the base model's linked build; once its helper stored it, a new
    process loads it and times calls (compared with ``NUMBA``'s warm figures).
 
@@ -35,7 +35,7 @@ from benchmarks.child import FIRST_RESULT, OURS
 from benchmarks.modes import MODES, REPOSITORY, Mode, disk_usage
 from numba_cache import settings
 from numba_cache.evaluation.models import RADON_VARIANTS
-from numba_cache.kernels import linked_tier
+from numba_cache.kernels.helpers import linked_build as linked_build
 from numba_cache.store import Store
 
 CHILD = Path(__file__).with_name("child.py")
@@ -184,21 +184,21 @@ class Sequence:
             self._add("new_model", new_model["compile_seconds"])
             self._add("compiles_new_model", new_model["numba_compiles"])
         if self.mode.name == OURS:
-            self._linked_tier(environment, workdir / "store")
+            self._linked_build(environment, workdir / "store")
 
-    def _linked_tier(self, environment: dict, store: Path) -> None:
+    def _linked_build(self, environment: dict, store: Path) -> None:
         linked = dict(environment, NBCACHE_LINK_BACKGROUND="1")
-        asked = self._step("linked tier: asks for the build", {}, linked)
+        asked = self._step("linked build: asks for the build", {}, linked)
         if asked["cache_events"].get("linking:requested") != 1:
             raise ChildFailed(f"{self.model.name}: no linked build was asked for")
         started = time.perf_counter()
         store = Store(settings.override(settings.current(), root=str(store)))
-        linked_tier.wait_for_builds(store, stale_after=LINKED_BUILD_TIMEOUT)
+        linked_build.wait_for_builds(store, stale_after=LINKED_BUILD_TIMEOUT)
         if store.linking_claims():
             raise ChildFailed(f"{self.model.name}: the linked build failed or is still "
                               f"running: {store.linking_claims()}")
         self._add("linked_build", time.perf_counter() - started)
-        served = self._step("linked tier: served", {}, linked, calls=True)
+        served = self._step("linked build: served", {}, linked, calls=True)
         if served["cache_events"].get("linking:served") != 1:
             raise ChildFailed(f"{self.model.name}: the linked build was not served")
         self._add("warm_linked", served["compile_seconds"])

@@ -26,9 +26,9 @@ _LAZY_NAMES = {
     "activate": "numba_cache.integration.activation",
     "deactivate": "numba_cache.integration.activation",
     "is_active": "numba_cache.integration.activation",
-    "register_uncacheable": "numba_cache.kernels.uncacheable",
-    "reset_session_stats": "numba_cache.kernels.report",
-    "session_stats": "numba_cache.kernels.report",
+    "register_uncacheable": "numba_cache.kernels.outcomes.uncacheable",
+    "reset_session_stats": "numba_cache.kernels.outcomes.report",
+    "session_stats": "numba_cache.kernels.outcomes.report",
     "settings": "numba_cache.settings",
 }
 

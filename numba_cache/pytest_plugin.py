@@ -28,7 +28,7 @@ import pytest
 
 from numba_cache import settings
 from numba_cache.cli.access import CliError, open_store
-from numba_cache.kernels.report import observe_lookups
+from numba_cache.kernels.outcomes.report import observe_lookups
 from numba_cache.pytest_summary import Figures, explain_misses, stored_keys, summary_line
 
 #: The key of the figures in a worker's ``workeroutput``, and of the store in its ``workerinput``.

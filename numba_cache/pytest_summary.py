@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable
 from numba_cache.cli.formatting import human_size, plural
 from numba_cache.cli.info import lookups as hits_and_misses
 from numba_cache.diagnostics.explain import explain_lookups
-from numba_cache.kernels.report import Lookup
+from numba_cache.kernels.outcomes.report import Lookup
 from numba_cache.keys.components import DIGEST_DIGITS
 from numba_cache.store import Store
 

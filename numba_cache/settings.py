@@ -222,7 +222,7 @@ SETTINGS: tuple[Setting, ...] = (
             "after a graph kernel calling its op kernels by symbol is served, build it with "
             "them linked in, in a background process, for later processes to use: their "
             "calls are faster, their results may differ from the first process's in the "
-            "last bits (see [The linked tier](how-it-works.md#the-linked-tier))",
+            "last bits (see [The linked build](how-it-works.md#the-linked-build))",
             "1", "off"),
     Setting("compile_ahead", "NBCACHE_COMPILE_AHEAD", parse_bool, _several_cores,
             "on a compile, fork a helper process that compiles op kernels from the graph's "
@@ -339,7 +339,7 @@ def configure(**overrides) -> Settings:
 
 def adopt(settings: Settings) -> None:
     """Use exactly `settings` in this process, as if each were configured from Python (a
-    helper spawned for a process that has them, :mod:`numba_cache.kernels.spawned_helper`)."""
+    helper spawned for a process that has them, :mod:`numba_cache.kernels.helpers.spawned_helper`)."""
     _overrides.update((setting.name, getattr(settings, setting.name)) for setting in SETTINGS)
 
 

@@ -7,7 +7,7 @@ misread.
 
 #: numba_cache's key and entry formats, part of every fingerprint: bumping it
 #: invalidates every entry.
-#: 4: kernels are self-contained (``kernels/self_contained.py``): format 3 entries
+#: 4: kernels are self-contained (``kernels/protocol/self_contained.py``): format 3 entries
 #: hold weak copies that a process binds to whatever it loaded first; op keys
 #: describe tensor subclasses in full (CSR and CSC kernels shared a key).
 KEY_FORMAT = 4
@@ -18,13 +18,13 @@ KEY_FORMAT = 4
 #: run an inplace op before a reader of its input).
 #: 4: graph entries carry the warnings of their conversion (replayed on a hit), which
 #: version 3 entries lack.
-#: 5: graph kernels call their op kernels by symbol (``kernels/symbol_calls.py``) and
-#: list them (``kernels/op_links.py``); version 4 graph kernels linked them in.
-#: 6: graph kernels that only call are optimised by a short pipeline (``kernels/glue.py``).
+#: 5: graph kernels call their op kernels by symbol (``kernels/assembly/symbol_calls.py``) and
+#: list them (``kernels/assembly/op_links.py``); version 4 graph kernels linked them in.
+#: 6: graph kernels that only call are optimised by a short pipeline (``kernels/assembly/glue.py``).
 CODEGEN = 6
 
 #: The body of graph kernels, part of graph kernel keys only: op kernels are unchanged.
-#: 1: the op kernel calls are emitted by one intrinsic (``kernels/graph_body.py``);
+#: 1: the op kernel calls are emitted by one intrinsic (``kernels/assembly/graph_body.py``);
 #: before, numba typed and lowered one generated Python statement per node.
 #: 2: a body of many calls is split into functions (``CALLS_PER_FUNCTION``); fused
 #: kernels take their additive and multiplicative constants as arguments
@@ -37,7 +37,7 @@ CODEGEN = 6
 GRAPH_BODY = 4
 
 #: The body of graph kernels with their op kernels linked in (``NBCACHE_LINK_OPS``, the
-#: linked tier), part of their keys only, beside :data:`GRAPH_BODY`.
+#: linked build), part of their keys only, beside :data:`GRAPH_BODY`.
 #: 1: the body is one LLVM function whatever its number of calls: split in parts, a
 #: call of the large benchmark model took about 4% longer.
 LINKED_BODY = 1
@@ -46,7 +46,7 @@ LINKED_BODY = 1
 #: 2: the linker is a ``NumbaLinker`` subclass, so Scan inner graphs are baked with
 #: numba's inner-graph rewrite (version 1 entries hold C/VM-baked Scan inner graphs).
 #: 3: graphs with data constants are keyed by the questions rewriting asked of
-#: the data (``keys/data_reads.py``); their stored graphs refer to data by slot.
+#: the data (``rewritten/data_reads.py``); their stored graphs refer to data by slot.
 #: 4: entries hold the digest of the kernel source of the rewritten graph, which
 #: a restored graph must reproduce (version 3 restores lacked the destroy orderings).
 #: 5: the graph kernel key is stored as JSON, which ``verify`` checks without unpickling.

@@ -103,18 +103,18 @@ MOVED_FUNCTION_IDS = (
 
 def without_op_loads(stats: dict) -> dict:
     """Session counters less ``op.hit``: the op kernels a stored graph kernel calls by
-    symbol are loaded with it, one hit each (see numba_cache/kernels/op_links.py)."""
+    symbol are loaded with it, one hit each (see numba_cache/kernels/assembly/op_links.py)."""
     return {name: count for name, count in stats.items() if name != "op.hit"}
 
 
 def wait_for_linked_builds(root: Path, timeout: float = 300.0) -> list[dict]:
-    """The linking claims of the store at `root` (numba_cache/kernels/linked_tier.py) once
+    """The linking claims of the store at `root` (numba_cache/kernels/helpers/linked_build.py) once
     no build runs there, or `timeout` passed: failed builds, or builds whose helper died."""
     from store_states import settings_for
 
-    from numba_cache.kernels import linked_tier
+    from numba_cache.kernels.helpers import linked_build as linked_build
     from numba_cache.store import Store
 
     store = Store(settings_for(root))
-    linked_tier.wait_for_builds(store, stale_after=timeout)
+    linked_build.wait_for_builds(store, stale_after=timeout)
     return store.linking_claims()

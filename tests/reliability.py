@@ -33,7 +33,7 @@ from pytensor.compile.mode import Mode
 
 import numba_cache
 from numba_cache import settings
-from numba_cache.kernels.report import observe_lookups
+from numba_cache.kernels.outcomes.report import observe_lookups
 from numba_cache.keys import current_fingerprint
 from numba_cache.store import Store
 
@@ -346,7 +346,7 @@ class Checkpoint:
     def __init__(self, directory: Path, name: str, label: str = "writer"):
         self.name = name
         self.path = directory / f"checkpoint-{label}-{name}"
-        # The writer alone: a helper compiling ahead (numba_cache/kernels/compile_ahead.py)
+        # The writer alone: a helper compiling ahead (numba_cache/kernels/helpers/compile_ahead.py)
         # would be a second writer, paused at the checkpoint in its stead.
         self.env = {"NBCACHE_TEST_CHECKPOINT": f"{name}:{self.path}",
                     "NBCACHE_COMPILE_AHEAD": "0"}

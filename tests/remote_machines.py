@@ -61,7 +61,7 @@ def machine(store: Path, steps: list[str], **env: str) -> dict:
     """Run `steps` (graph names, or ``signal <NAME>`` to the server) in a fresh process.
 
     Its compiles and the server's counters are those of one process: no helper compiles
-    ahead (numba_cache/kernels/compile_ahead.py) unless `env` asks for one.
+    ahead (numba_cache/kernels/helpers/compile_ahead.py) unless `env` asks for one.
     """
     env = {"NBCACHE_DIR": str(store), "NBCACHE_COMPILE_AHEAD": "0", **env}
     report = run_python(CHILD.format(steps=steps), env=env)

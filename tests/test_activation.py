@@ -22,7 +22,7 @@ from pytensor.link.numba.linker import NumbaLinker
 import numba_cache
 from numba_cache.integration import activation
 from numba_cache.integration.linker import NumbaCacheLinker
-from numba_cache.integration.rewrite_cache import CachedRewriteFunctionMaker
+from numba_cache.rewritten.rewrite_cache import CachedRewriteFunctionMaker
 
 
 def pytensor_seams() -> list:

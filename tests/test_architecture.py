@@ -104,18 +104,15 @@ LAYERS = (
     ("cpu_target", "settings"),
     ("codegen", "store"),  # generated source; entries on disk, and what an entry holds
     ("keys",),
-    ("kernels",),  # where a numba compile turns into a cache lookup
+    ("kernels",),  # where a numba compile turns into a cache lookup (levels 2 and 3)
+    ("rewritten",),  # level 1: the rewritten graph
     ("integration", "diagnostics", "evaluation"),
     ("portable",),
     ("cli", "pytest_plugin", "pytest_summary", "__main__", ""),  # the ways in
 )
 
 #: Imports of a module of a higher layer, kept on purpose, by importing module: why.
-UPWARD_IMPORTS = {
-    "numba_cache._compat.numba_seams": "a seam's check runs the code that relies on it "
-    "(kernels, and a codegen step: a probe compiled, stored, called by symbol), imported "
-    "inside the check, which the self-test runs",
-}
+UPWARD_IMPORTS: dict[str, str] = {}
 
 #: Upstream internals the rest of the package reaches only through ``_compat``.
 NUMBA_INTERNALS = ("numba.core", "llvmlite")
@@ -125,26 +122,28 @@ IMPORTS_NUMBA_INTERNALS = {
     "numba_cache.evaluation.compile_events": "counts compiles with numba's event API",
     "numba_cache.integration.nutpie": "recognises nutpie's cfunc wrappers by numba's dispatcher "
     "and intrinsic classes, and registers their typing",
-    "numba_cache.kernels.blocks": "tells an object-mode block by numba's ObjModeLiftedWith",
-    "numba_cache.kernels.cache": "KernelCache is the cache object numba's dispatchers consult "
+    "numba_cache.kernels.runtime.blocks": "tells an object-mode block by numba's ObjModeLiftedWith",
+    "numba_cache.kernels.probes": "probes read numba's internals (method sources) beside "
+    "running numba_cache's code on them",
+    "numba_cache.kernels.protocol.cache": "KernelCache is the cache object numba's dispatchers consult "
     "(a numba _Cache)",
-    "numba_cache.kernels.cfunc": "wraps numba's CFunc so that C callbacks are stored",
+    "numba_cache.kernels.callbacks.cfunc": "wraps numba's CFunc so that C callbacks are stored",
     "numba_cache.kernels.context": "initialises numba's CPU target for the self-test",
-    "numba_cache.kernels.dispatcher": "cached dispatchers are numba CPUDispatchers",
-    "numba_cache.kernels.entry_point": "emits an entry point's LLVM IR with numba's cgutils",
-    "numba_cache.kernels.glue": "a compiler pipeline and code library of numba's, subclassed",
-    "numba_cache.kernels.graph_body": "a graph body is a numba intrinsic, emitted as LLVM IR",
-    "numba_cache.kernels.hidden_symbols": "registers hidden constants as LLVM process symbols",
-    "numba_cache.kernels.links": "reads the symbols stored machine code leaves undefined",
-    "numba_cache.kernels.objmode": "compiles object-mode blocks through numba's Python API",
-    "numba_cache.kernels.op_links": "pickles numba signatures as numba's own cache does",
-    "numba_cache.kernels.predicted_types": "predicts numba types",
-    "numba_cache.kernels.replaced_numba": "tells test doubles from numba's Dispatcher",
-    "numba_cache.kernels.self_contained": "a compiler pipeline and code library of numba's, "
+    "numba_cache.kernels.protocol.dispatcher": "cached dispatchers are numba CPUDispatchers",
+    "numba_cache.kernels.callbacks.entry_point": "emits an entry point's LLVM IR with numba's cgutils",
+    "numba_cache.kernels.assembly.glue": "a compiler pipeline and code library of numba's, subclassed",
+    "numba_cache.kernels.assembly.graph_body": "a graph body is a numba intrinsic, emitted as LLVM IR",
+    "numba_cache.kernels.callbacks.hidden_symbols": "registers hidden constants as LLVM process symbols",
+    "numba_cache.kernels.callbacks.links": "reads the symbols stored machine code leaves undefined",
+    "numba_cache.kernels.runtime.objmode": "compiles object-mode blocks through numba's Python API",
+    "numba_cache.kernels.assembly.op_links": "pickles numba signatures as numba's own cache does",
+    "numba_cache.kernels.assembly.predicted_types": "predicts numba types",
+    "numba_cache.kernels.outcomes.replaced_numba": "tells test doubles from numba's Dispatcher",
+    "numba_cache.kernels.protocol.self_contained": "a compiler pipeline and code library of numba's, "
     "subclassed",
-    "numba_cache.kernels.serialize": "serializes compile results the way numba's cache does",
-    "numba_cache.kernels.stored_library": "a numba JIT code library, subclassed",
-    "numba_cache.kernels.symbol_calls": "emits calls by symbol with numba's cgutils",
+    "numba_cache.kernels.protocol.serialize": "serializes compile results the way numba's cache does",
+    "numba_cache.kernels.protocol.stored_library": "a numba JIT code library, subclassed",
+    "numba_cache.kernels.assembly.symbol_calls": "emits calls by symbol with numba's cgutils",
     "numba_cache.keys.fingerprint": "reads the CPU and settings numba's codegen compiles for",
 }
 
@@ -171,9 +170,9 @@ def test_every_package_has_a_layer():
 
 
 def test_the_upward_import_finder_finds_one():
-    graph = {"numba_cache.store.record": {"numba_cache.kernels.cache"},
-             "numba_cache.kernels.cache": {"numba_cache.store.record"}}
-    assert upward_imports(graph) == {"numba_cache.store.record": ["numba_cache.kernels.cache"]}
+    graph = {"numba_cache.store.record": {"numba_cache.kernels.protocol.cache"},
+             "numba_cache.kernels.protocol.cache": {"numba_cache.store.record"}}
+    assert upward_imports(graph) == {"numba_cache.store.record": ["numba_cache.kernels.protocol.cache"]}
 
 
 def test_no_module_imports_a_module_of_a_higher_layer():
@@ -195,12 +194,17 @@ def test_numba_internals_are_imported_through_compat_or_for_a_listed_reason():
     assert sorted(set(IMPORTS_NUMBA_INTERNALS) - importing) == [], "listed, yet imports none"
 
 
-def test_the_map_of_kernels_names_each_of_its_modules():
-    """kernels/__init__.py groups its modules by role for a reader: a module added or
-    removed is put on the map, or taken off it."""
-    import numba_cache.kernels
+def test_each_package_maps_its_modules():
+    """Each package of kernels/ and rewritten/ lists its modules (or sub-packages) by role in
+    its docstring for a reader: a module added or removed is put on the map, or taken off it."""
+    import importlib
 
-    modules = {name.rpartition(".")[2] for name in module_names()
-               if name.startswith("numba_cache.kernels.")}
-    mapped = set(re.findall(r":mod:`\.(\w+)`", numba_cache.kernels.__doc__))
-    assert mapped == modules
+    names = module_names()
+    packages = [name for name, path in names.items() if path.name == "__init__.py"
+                and name.startswith(("numba_cache.kernels", "numba_cache.rewritten"))]
+    assert "numba_cache.kernels.protocol" in packages
+    for package in packages:
+        children = {name.rpartition(".")[2] for name in names
+                    if name.rpartition(".")[0] == package}
+        mapped = set(re.findall(r":mod:`\.(\w+)`", importlib.import_module(package).__doc__))
+        assert mapped == children, package

@@ -15,8 +15,8 @@ from helpers import run_cli, run_python
 
 import numba_cache
 from numba_cache import settings
-from numba_cache.kernels import collisions
-from numba_cache.kernels.collisions import ir_digest, normalized_ir
+from numba_cache.kernels.outcomes import collisions
+from numba_cache.kernels.outcomes.collisions import ir_digest, normalized_ir
 from numba_cache.kernels.context import current_context
 from numba_cache.store import StoreWarning
 

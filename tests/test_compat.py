@@ -18,8 +18,9 @@ from helpers import run_python
 from pytensor.tensor.variable import TensorConstant
 
 from numba_cache import _compat
+from numba_cache.kernels import probes
 
-SEAMS = _compat.all_seams(with_nutpie=True)
+SEAMS = _compat.all_seams(with_nutpie=True) + probes.PROBES
 
 
 def test_every_upstream_is_a_version_its_seams_were_written_for():
@@ -42,12 +43,13 @@ def test_the_checks_a_vouch_leaves_to_run_compile_nothing():
         import json
         from numba_cache import _compat
         from numba_cache._compat import numba_internals
+        from numba_cache.kernels import probes
         from numba_cache.evaluation.compile_events import count_numba_compiles
         with count_numba_compiles() as cheap:
-            found = _compat.problems(_compat.all_seams(compiling=False))
+            found = _compat.problems(_compat.all_seams())
         runtime = numba_internals.runtime_initialized()
         with count_numba_compiles() as costly:
-            found += _compat.problems([each for each in _compat.all_seams() if each.compiles])
+            found += _compat.problems(probes.PROBES)
         print(json.dumps({"found": found, "cheap": cheap, "runtime": runtime, "costly": costly}))
     """)
     assert result["found"] == []
@@ -99,7 +101,7 @@ def test_the_data_property_is_installed_only_while_rewriting(tmp_path, monkeypat
 
 def test_without_a_memory_map_any_integer_in_address_range_counts_as_baked(monkeypatch):
     """Where /proc/self/maps is missing, the baked-address scan fails closed."""
-    from numba_cache.kernels import uncacheable
+    from numba_cache.kernels.outcomes import uncacheable
 
     llvm_ir = "store i64 {value}, ptr %x"
     address = 0x7F00_0000_1000

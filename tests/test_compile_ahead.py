@@ -284,7 +284,7 @@ def _helper_child(parent: int) -> int | None:
             child_command = Path(f"/proc/{child}/cmdline").read_bytes()
         except FileNotFoundError:
             continue
-        if child_command == command or b"numba_cache.kernels.spawned_helper" in child_command:
+        if child_command == command or b"numba_cache.kernels.helpers.spawned_helper" in child_command:
             return int(child)
     return None
 

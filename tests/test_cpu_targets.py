@@ -1,7 +1,7 @@
 """Cold and warm bit for bit on every CPU target; keys made of what numba compiles for.
 
 On AMD Zen targets numba's cold and warm code used to differ (see
-``numba_cache/kernels/self_contained.py``); these tests run the promise under
+``numba_cache/kernels/protocol/self_contained.py``); these tests run the promise under
 the host target and two others, with PyTensor's and numba's own caches empty or
 filled, and check the fingerprint against numba's codegen under each setting.
 """
@@ -179,7 +179,7 @@ def test_kernels_are_compiled_self_contained():
     import pytensor
 
     from numba_cache.evaluation.models import radon_model
-    from numba_cache.kernels.self_contained import SelfContainedLibrary, is_self_contained
+    from numba_cache.kernels.protocol.self_contained import SelfContainedLibrary, is_self_contained
 
     model = radon_model()
     function = pytensor.function(model.inputs, model.outputs, mode="NUMBA_CACHE")

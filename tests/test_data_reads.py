@@ -123,7 +123,7 @@ def test_a_fold_whose_node_cannot_be_seen_makes_the_graph_data_bound(monkeypatch
     """Fail closed: if PyTensor stops holding the folded node where numba_cache looks,
     new data is rewritten again (before, the fold was silently not followed and the
     first data's folded constant would have been served to new data)."""
-    from numba_cache.keys import data_reads
+    from numba_cache.rewritten import data_reads
 
     monkeypatch.setattr(data_reads, "folded_node", lambda frame: None)
 

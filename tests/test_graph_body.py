@@ -1,4 +1,4 @@
-"""A graph kernel's body (numba_cache/kernels/graph_body.py) counts references as numba would.
+"""A graph kernel's body (numba_cache/kernels/assembly/graph_body.py) counts references as numba would.
 
 Its intrinsic emits the op kernel calls and the reference counts that numba's
 lowering of one Python statement per node gave: a release missing leaks every
@@ -151,7 +151,7 @@ def test_arguments_nested_in_groups_reach_their_steps():
 
     from numba_cache.codegen.module import compile_function
     from numba_cache.codegen.sources import ARGUMENTS_PER_CALL, Step, _spelled, grouped
-    from numba_cache.kernels.graph_body import graph_body
+    from numba_cache.kernels.assembly.graph_body import graph_body
 
     count = 300
     assert count > ARGUMENTS_PER_CALL ** 2
@@ -201,7 +201,7 @@ print(json.dumps({"values": [np.asarray(value).tolist() for value in values],
 
 def test_a_body_with_op_kernels_linked_in_is_one_function(tmp_path):
     """A body calling its op kernels by symbol is split into functions; linked in
-    (``NBCACHE_LINK_OPS=1``, the linked tier's build), it is one, for the speed of
+    (``NBCACHE_LINK_OPS=1``, the linked build's build), it is one, for the speed of
     its calls (versions.LINKED_BODY), with the same bits cold and warm."""
     by_symbol = run_python(SPLIT, {"NBCACHE_DIR": str(tmp_path / "by_symbol")})
     linked_env = {"NBCACHE_DIR": str(tmp_path / "linked"), "NBCACHE_LINK_OPS": "1"}

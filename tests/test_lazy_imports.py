@@ -163,7 +163,7 @@ def test_the_environment_switch_takes_effect_when_pytensor_is_imported_later():
 @pytest.mark.parametrize("first_import", [
     "from numba_cache.keys.graph import describe_graph",
     "from numba_cache.integration.linker import NumbaCacheLinker",
-    "import numba_cache.kernels.cache",
+    "import numba_cache.kernels.protocol.cache",
 ])
 def test_a_first_import_of_a_module_that_imports_pytensor_still_registers_and_activates(first_import):
     result = run_python(f"""

@@ -190,7 +190,7 @@ import json
 import numpy as np
 import pytensor
 import numba_cache
-import numba_cache.kernels.graph as graph_kernels
+import numba_cache.kernels.assembly.graph_kernel as graph_kernels
 from numba_cache.evaluation.compile_events import count_numba_compiles
 from numba_cache.evaluation.models import radon_model
 

@@ -1,4 +1,4 @@
-"""nutpie's numba.cfunc wrappers, stored and loaded (numba_cache.kernels.cfunc, integration/nutpie).
+"""nutpie's numba.cfunc wrappers, stored and loaded (numba_cache.kernels.callbacks.cfunc, integration/nutpie).
 
 In fresh processes (tests/nutpie_child.py): a warm process loads both wrappers
 and compiles nothing with numba, and its logp, gradient, expansion and draws are
@@ -93,10 +93,10 @@ def test_a_warm_process_loads_both_wrappers_compiles_nothing_and_gives_the_same_
 
 
 @pytest.mark.slow
-def test_the_linked_tier_serves_nutpie_through_callbacks_of_its_own(tmp_path, monkeypatch):
+def test_the_linked_build_serves_nutpie_through_callbacks_of_its_own(tmp_path, monkeypatch):
     """Under ``NBCACHE_LINK_BACKGROUND=1`` later processes run the linked build of the
-    logp graph (numba_cache/kernels/linked_tier.py), and nutpie's callbacks call it by
-    its symbol: they are stored apart from the callbacks of tier 1, so that processes
+    logp graph (numba_cache/kernels/helpers/linked_build.py), and nutpie's callbacks call it by
+    its symbol: they are stored apart from the callbacks of the by-symbol build, so that processes
     of either tier load their own, with their own bits."""
     store = tmp_path / "store"
     monkeypatch.setenv("NBCACHE_LINK_BACKGROUND", "1")
@@ -121,7 +121,7 @@ def test_the_linked_tier_serves_nutpie_through_callbacks_of_its_own(tmp_path, mo
 
 def links_naming_a_missing_symbol(root: Path) -> int:
     """Make every wrapper's record say its code calls a symbol no process defines."""
-    from numba_cache.kernels import links
+    from numba_cache.kernels.callbacks import links
     from numba_cache.store import Store, record
     from numba_cache.store.entry_layout import CFUNC_LINKS_BLOB
 

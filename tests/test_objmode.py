@@ -234,7 +234,7 @@ sys.path.insert(0, sys.argv[1])
 warnings.simplefilter("error")
 from own_cached import add_one
 
-from numba_cache.kernels.cache import KernelCache
+from numba_cache.kernels.protocol.cache import KernelCache
 from numba_cache.kernels.context import current_context
 from numba_cache.keys.kernels import object_mode_key
 

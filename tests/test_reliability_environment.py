@@ -199,7 +199,7 @@ def test_a_write_failing_at_any_step_compiles_without_saving_with_one_warning(
                           "NBCACHE_COMPILE_AHEAD": "0"})
     assert_correct(report)
     assert_one_warning(report, os.strerror(getattr(errno, code)), f"injected at {checkpoint}")
-    # Every miss, and numba's runtime functions (kernels/runtime.py), stored by a new store's
+    # Every miss, and numba's runtime functions (kernels/runtime/numba_runtime.py), stored by a new store's
     # first process.
     saves = sum(report["stats"][f"{kind}.miss"] for kind in ("rewrite", "graph", "op")) + 1
     assert rel.open_store(private_store).stats()["counters"]["write_error"] == saves

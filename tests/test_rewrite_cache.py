@@ -140,7 +140,7 @@ REWRITES_DIGEST = """
 import json, os, sys
 from pytensor.compile.mode import optdb
 from numba_cache.kernels.context import current_context
-from numba_cache.integration.rewrite_cache import rewrites_digest
+from numba_cache.rewritten.rewrite_cache import rewrites_digest
 from numba_cache import numba_cache_mode
 if os.environ.get("CONVERT_FIRST"):
     import pytensor.link.numba.dispatch  # what a miss imports, and a warm process does not

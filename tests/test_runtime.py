@@ -1,5 +1,5 @@
 """numba's runtime functions (NRT) are stored with the kernels and loaded, not compiled, by warm
-processes (numba_cache/kernels/runtime.py).
+processes (numba_cache/kernels/runtime/numba_runtime.py).
 
 A guarded child refuses to build the runtime's module at all
 (``nrtdynmod.create_nrt_module``, which numba's compile and ours both start from),

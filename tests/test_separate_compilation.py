@@ -74,13 +74,13 @@ def assert_like_numba(report: dict, reference: dict) -> None:
 def test_a_new_graph_of_stored_ops_compiles_only_its_glue():
     cold = compile_graph("A")
     # The self-test's probe and the graph function, each with numba's registries
-    # installed leanly (kernels/glue.py), the op kernels compiled in between with all.
+    # installed leanly (kernels/assembly/glue.py), the op kernels compiled in between with all.
     assert cold["lean"] == [2, 0] and cold["full_registries"]
     new = compile_graph("B")
     assert new["stats"].get("op.miss", 0) == 0 and new["stats"]["op.hit"] == 5
     assert new["stats"]["graph.miss"] == 1
     assert [name.split("_")[0] for name in new["compiles"]] == ["graph"]
-    assert new["light"] == [True]  # it only calls: kernels/glue.py
+    assert new["light"] == [True]  # it only calls: kernels/assembly/glue.py
     assert new["lean"] == [1, 0] and not new["full_registries"]
     loaded = compile_graph("B")
     assert loaded["compiles"] == [] and loaded["stats"]["graph.hit"] == 1

@@ -42,7 +42,7 @@ def test_disabled_from_python(private_store):
 #: Upstream moving under a seam (numba_cache/_compat), as a child's set-up simulates it.
 MOVED_SEAMS = {
     "compile results no longer round-trip": (
-        "import numba_cache.kernels.serialize as serialize\n"
+        "import numba_cache.kernels.protocol.serialize as serialize\n"
         "def broken():\n"
         "    raise RuntimeError('numba API changed')\n"
         "serialize.self_test = broken\n"

@@ -10,10 +10,11 @@ installed: an attribute, a signature, a local variable, a behaviour.
 :func:`problems` runs the checks. The self-test (:mod:`numba_cache.kernels.context`)
 calls it once per environment fingerprint (which holds every package version)
 and store for numba's and PyTensor's seams; nutpie's are checked when nutpie is in use.
-A seam whose check compiles (a probe kernel: the only costly checks) is marked
-``compiles``; where the shared tier or an imported archive vouches that the
-checks passed for the very same fingerprint, those are skipped and the others
-still run:
+The checks here look (an attribute, a method's source) and compile nothing. The
+*probes*, seams whose check runs numba_cache's own code on a tiny kernel (marked
+``compiles``), live beside that code in :mod:`numba_cache.kernels.probes`; where the
+shared tier or an imported archive vouches that the checks passed for the very same
+fingerprint, the probes are skipped and the seams here still run:
 if a seam has moved, numba_cache turns itself off for the process with one
 warning naming the seam, and compiles go on uncached: a seam that cannot see what
 it needs must never guess. ``tests/test_compat.py`` runs every check, so the
@@ -86,16 +87,14 @@ def is_written_for(version: str | None, written_for: tuple[str, ...]) -> bool:
     return version is not None and version.startswith(tuple(f"{v}." for v in written_for))
 
 
-def all_seams(with_nutpie: bool = False, compiling: bool = True) -> list[Seam]:
+def all_seams(with_nutpie: bool = False) -> list[Seam]:
     """numba's and PyTensor's seams; nutpie's too if asked (importing nutpie takes a second,
-    so the recogniser checks them itself, when nutpie is in use); without those whose
-    check compiles unless `compiling`."""
+    so the recogniser checks them itself, when nutpie is in use)."""
     from numba_cache._compat import numba_seams, pytensor_seams  # noqa: F401 - registration
 
     if with_nutpie:
         from numba_cache._compat import nutpie_seams  # noqa: F401 - registration
-    return [each for each in SEAMS if (with_nutpie or each.upstream != "nutpie")
-            and (compiling or not each.compiles)]
+    return [each for each in SEAMS if with_nutpie or each.upstream != "nutpie"]
 
 
 def problems(seams: list[Seam] | None = None) -> list[str]:

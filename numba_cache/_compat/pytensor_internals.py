@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 #: The rewrite that folds ops over constants: a read of data by it gives derived data, and
-#: :mod:`numba_cache.keys.data_reads` reads its local ``node`` to follow the fold.
+#: :mod:`numba_cache.rewritten.data_reads` reads its local ``node`` to follow the fold.
 CONSTANT_FOLDING = "pytensor.tensor.rewriting.basic.unconditional_constant_folding"
 
 

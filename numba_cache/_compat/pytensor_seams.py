@@ -48,7 +48,7 @@ def numba_linker() -> None:
         require(callable(getattr(NumbaLinker, name, None)), f"NumbaLinker.{name} is gone")
 
 
-@seam("constant folding's local 'node'", "pytensor", WRITTEN_FOR, "keys/data_reads.py")
+@seam("constant folding's local 'node'", "pytensor", WRITTEN_FOR, "rewritten/data_reads.py")
 def constant_folding_node() -> None:
     from pytensor.tensor.rewriting import basic
 

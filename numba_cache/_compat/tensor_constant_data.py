@@ -1,6 +1,6 @@
 """A property on ``TensorConstant.data``, installed only while a rewrite is watched.
 
-:mod:`numba_cache.keys.data_reads` sees every read of a data constant's values
+:mod:`numba_cache.rewritten.data_reads` sees every read of a data constant's values
 while PyTensor rewrites. Every way to a constant's values goes through the
 instance attribute ``data`` (set in ``Constant.__init__``), so a property of the
 same name on the class sees them all; it stores the value where the plain
@@ -55,7 +55,7 @@ def _set_value(constant, value) -> None:
     constant.__dict__["data"] = value
 
 
-@seam("TensorConstant.data", "pytensor", ("3.3",), "keys/data_reads.py")
+@seam("TensorConstant.data", "pytensor", ("3.3",), "rewritten/data_reads.py")
 def check() -> None:
     import numpy as np
     from pytensor.graph.basic import Constant

@@ -76,7 +76,7 @@ def command_stats(args) -> int:
         rows.append(("remote", _remote(counters)))
     if (settings_module.current().link_in_background
             or any(name.startswith("linking:") for name in counters)):
-        rows.append(("linked tier", _linked_tier(counters)))
+        rows.append(("linked build", _linked_build(counters)))
     width = max(len(name) for name, _ in rows)
     print("\n".join(f"{name:<{width}}  {value}" for name, value in rows))
     if stats["fingerprints"]:
@@ -118,8 +118,8 @@ def _by_kind(counters: dict, outcome: str) -> str:
     return f"{total} ({details})" if details else str(total)
 
 
-def _linked_tier(counters: dict) -> str:
-    """The linked tier's counters (see :mod:`numba_cache.kernels.linked_tier`) in one line."""
+def _linked_build(counters: dict) -> str:
+    """The linked build's counters (see :mod:`numba_cache.kernels.helpers.linked_build`) in one line."""
     builds = ", ".join(f"{counters.get('linking:' + name, 0)} {name}"
                        for name in ("requested", "built", "failed"))
     return f"builds: {builds}; served: {counters.get('linking:served', 0)}"

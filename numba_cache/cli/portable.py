@@ -133,22 +133,22 @@ def command_warm(args) -> int:
 
 def _linked_builds(current, store: Store, args) -> list[dict]:
     """Under ``link_in_background``, wait for the linked builds the targets asked for
-    (:mod:`numba_cache.kernels.linked_tier`), so that the store is whole when warm
+    (:mod:`numba_cache.kernels.helpers.linked_build`), so that the store is whole when warm
     returns; the claims of those that failed."""
     if not current.link_in_background:
         return []
     from numba_cache.cli.progress import StatusLine
-    from numba_cache.kernels import linked_tier
+    from numba_cache.kernels.helpers import linked_build as linked_build
 
     def describe() -> str:
-        running = len(linked_tier.running_builds(store, current.lock_timeout))
+        running = len(linked_build.running_builds(store, current.lock_timeout))
         return f"waiting for {plural(running, 'linked build')}"
 
-    running = len(linked_tier.running_builds(store, current.lock_timeout))
+    running = len(linked_build.running_builds(store, current.lock_timeout))
     if running and not args.json:
         print(f"waiting for {plural(running, 'linked build')}", flush=True)
     with StatusLine(describe):
-        return linked_tier.wait_for_builds(store, current.lock_timeout)
+        return linked_build.wait_for_builds(store, current.lock_timeout)
 
 
 def command_export(args) -> int:

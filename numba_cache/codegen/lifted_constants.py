@@ -28,7 +28,7 @@ which keeps the constant objects), the specs of ``FusedElemwise``
 (``indexed_inputs``, ``indexed_outputs``, ``reduced_outputs``) and the way
 PyTensor's own ``with_scalar_io`` rebuilds one (``fgraph.bind``, the ``fgraph``
 argument). If they move, nodes keep their baked kernels or, when only the build
-fails, are computed by an uncacheable kernel (:mod:`numba_cache.kernels.graph`),
+fails, are computed by an uncacheable kernel (:mod:`numba_cache.kernels.assembly.graph_kernel`),
 and ``tests/test_lifted_constants.py`` fails.
 """
 

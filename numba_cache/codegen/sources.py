@@ -203,7 +203,7 @@ def graph_source(fgraph, function_name: str, hidden: list, order: list) -> Graph
 
 
 #: The dtypes of constants passed in packs: the ones a pack array holds as the
-#: graph body reads them (:mod:`numba_cache.kernels.graph_body`).
+#: graph body reads them (:mod:`numba_cache.kernels.assembly.graph_body`).
 PACKED_DTYPES = frozenset(("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
                            "uint64", "float32", "float64"))
 

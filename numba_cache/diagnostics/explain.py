@@ -40,7 +40,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 from numba_cache import settings
-from numba_cache.kernels.report import Lookup, observe_lookups
+from numba_cache.kernels.outcomes.report import Lookup, observe_lookups
 from numba_cache.keys.components import DIGEST_DIGITS, brief, is_description, is_node_list
 from numba_cache.logs import logger
 from numba_cache.store import CorruptEntry, Entry, Store, StoreWarning

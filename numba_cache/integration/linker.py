@@ -1,7 +1,7 @@
 """The PyTensor linker and mode that compile through numba_cache.
 
 ``NumbaCacheLinker`` is PyTensor's numba linker with one change: a graph turns
-into a cached whole-graph kernel (:func:`numba_cache.kernels.graph.graph_kernel`)
+into a cached whole-graph kernel (:func:`numba_cache.kernels.assembly.graph_kernel.graph_kernel`)
 instead of a freshly converted one. It takes PyTensor's numba rewrites as they
 are, so ``NUMBA_CACHE`` computes exactly what ``NUMBA`` computes.
 
@@ -32,8 +32,10 @@ from pytensor.link.utils import raise_with_op
 from numba_cache._compat import numba_unique_ids
 from numba_cache.codegen.thunk import direct_thunk
 from numba_cache.integration import nutpie
-from numba_cache.kernels import cfunc, objmode, replaced_numba
-from numba_cache.kernels.entry_point import entry_point
+from numba_cache.kernels.callbacks import cfunc
+from numba_cache.kernels.runtime import objmode
+from numba_cache.kernels.outcomes import replaced_numba
+from numba_cache.kernels.callbacks.entry_point import entry_point
 
 MODE_NAME = "NUMBA_CACHE"
 LINKER_NAME = "numba_cache"
@@ -47,7 +49,7 @@ class NumbaCacheLinker(NumbaLinker):
     """A JIT linker whose numba kernels are loaded from and saved to numba_cache's store.
 
     While numba's compiler is replaced by test doubles
-    (:mod:`numba_cache.kernels.replaced_numba`), it links as PyTensor's ``NumbaLinker``
+    (:mod:`numba_cache.kernels.outcomes.replaced_numba`), it links as PyTensor's ``NumbaLinker``
     does, uncached.
     """
 
@@ -56,9 +58,9 @@ class NumbaCacheLinker(NumbaLinker):
     def fgraph_convert(self, fgraph, storage_map=None, **kwargs):
         if self._numba_replaced:
             return super().fgraph_convert(fgraph, storage_map=storage_map, **kwargs)
-        from numba_cache.integration.rewrite_cache import GRAPH_KEY_ATTRIBUTE
+        from numba_cache.rewritten.rewrite_cache import GRAPH_KEY_ATTRIBUTE
         from numba_cache.kernels.context import current_context
-        from numba_cache.kernels.graph import graph_kernel
+        from numba_cache.kernels.assembly.graph_kernel import graph_kernel
 
         known = getattr(fgraph, GRAPH_KEY_ATTRIBUTE, None)
         kernel = graph_kernel(fgraph, current_context(), storage_map, known=known)
@@ -130,7 +132,7 @@ def install_function_maker() -> None:
 
 def _function_maker(mode: Mode):
     if isinstance(mode.linker, NumbaCacheLinker):
-        from numba_cache.integration.rewrite_cache import CachedRewriteFunctionMaker
+        from numba_cache.rewritten.rewrite_cache import CachedRewriteFunctionMaker
 
         return CachedRewriteFunctionMaker
     return PYTENSOR_FUNCTION_MAKER.fget(mode)

@@ -71,7 +71,7 @@ def recognize(pyfunc):
         "nutpie": source,
         "function": pyfunc.__qualname__,
         **{name: str(int(value)) for name, value in numbers.items()},
-        # The linked tier's build, if it serves (numba_cache/kernels/linked_tier.py): the
+        # The linked build's build, if it serves (numba_cache/kernels/helpers/linked_build.py): the
         # callbacks call it by its symbol, which is not the graph kernel's own.
         "kernel": numba_internals.dispatcher_cache(entry.kernel).served_key.digest,
         "hidden": list(entry.hidden_symbols()),
@@ -86,7 +86,7 @@ def _extraction(extract):
     of it (its shared variables), if all of it is known; else None."""
     from numba.core.dispatcher import Dispatcher
 
-    from numba_cache.kernels.entry_point import is_entry_point
+    from numba_cache.kernels.callbacks.entry_point import is_entry_point
 
     if not isinstance(extract, Dispatcher):
         return None

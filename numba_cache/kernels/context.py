@@ -8,7 +8,9 @@ from dataclasses import dataclass, field, replace
 
 from numba_cache import _compat
 from numba_cache import settings as settings_module
-from numba_cache.kernels import replaced_numba, runtime
+from numba_cache.kernels import probes
+from numba_cache.kernels.outcomes import replaced_numba
+from numba_cache.kernels.runtime import numba_runtime as runtime
 from numba_cache.keys import Fingerprint, current_fingerprint
 from numba_cache.keys.fingerprint import PYTENSOR_FLAGS
 from numba_cache.store import NullStore, Store, StoreWarning, open_store
@@ -95,7 +97,7 @@ def _self_test_passed(context: CacheContext) -> bool:
     store, fingerprint = context.store, context.fingerprint
     if store.fingerprint_components(fingerprint.digest) is not None:
         return True
-    found = _compat.problems(_compat.all_seams(compiling=False))
+    found = _compat.problems(_compat.all_seams())
     vouched = not found and store.vouched(fingerprint.digest)
     compiled_runtime = None
     if not found and not vouched:
@@ -104,7 +106,7 @@ def _self_test_passed(context: CacheContext) -> bool:
         # Before the seams compile anything (numba would compile its runtime, unstored);
         # stored only once they are found in place.
         compiled_runtime = runtime.initialize(context, cpu_target.target_context, save=False)
-        found = _compat.problems([each for each in _compat.all_seams() if each.compiles])
+        found = _compat.problems(probes.PROBES)
     if found:
         warnings.warn(
             "numba_cache is turned off for this process: " + "; ".join(found)

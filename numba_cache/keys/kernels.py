@@ -34,7 +34,7 @@ from numba_cache.keys.order import execution_order
 from numba_cache.store.entry_layout import BLOCK_COMPONENT
 
 #: How a graph kernel calls its op kernels (the ``op_calls`` component of its key):
-#: by symbol (:mod:`numba_cache.kernels.symbol_calls`), or linked in as numba links them.
+#: by symbol (:mod:`numba_cache.kernels.assembly.symbol_calls`), or linked in as numba links them.
 BY_SYMBOL, LINKED = "symbol", "linked"
 #: How a graph kernel with its op kernels linked in is summarized (``numba-cache list``).
 LINKED_SUMMARY = ", op kernels linked in"
@@ -129,7 +129,7 @@ def op_kernel_key(node, pytensor_key: str, fingerprint) -> Key:
 
 
 def object_mode_key(block_uuid: str, function: str, signature: str, fingerprint) -> Key:
-    """The key of an object-mode block's compiled code (see :mod:`numba_cache.kernels.objmode`).
+    """The key of an object-mode block's compiled code (see :mod:`numba_cache.kernels.runtime.objmode`).
 
     `block_uuid` is the uuid numba gave the block's dispatcher when it compiled
     the kernel holding it; `function` names the function holding the block.

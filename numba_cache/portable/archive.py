@@ -215,8 +215,9 @@ def _check_numba(store: Store, current: Fingerprint, vouched: bool) -> None:
     if store.fingerprint_components(current.digest) is not None:
         return
     from numba_cache import _compat  # imports numba and PyTensor: only on import
+    from numba_cache.kernels import probes
 
-    found = _compat.problems(_compat.all_seams(compiling=not vouched))
+    found = _compat.problems(_compat.all_seams() + ([] if vouched else probes.PROBES))
     if found:
         raise ArchiveError(f"numba_cache cannot work in this environment ({'; '.join(found)}); "
                            "nothing imported")

@@ -21,7 +21,7 @@ kernel lookup, ``{"event": "failure", "graph", "error"}`` per failure (``graph``
 null when the target itself failed; ``details``: the whole message), and last ``{"event": "done", "write_errors"}``.
 
 With ``--verify N`` (``numba-cache verify --recompile``) the first N hits are
-recompiled and compared with what the store served (:mod:`numba_cache.kernels.collisions`);
+recompiled and compared with what the store served (:mod:`numba_cache.kernels.outcomes.collisions`);
 ``done`` then also holds ``verified`` (hits compared), ``unrecorded`` (hits stored
 without an IR digest: nothing to compare) and ``collisions`` (``key``, ``summary``,
 ``made_under``, ``made_under_summary``).
@@ -59,7 +59,7 @@ def main(target: str, verify: int | None = None) -> int:
 
     import numba_cache
     from numba_cache.integration import linker
-    from numba_cache.kernels.report import observe_lookups
+    from numba_cache.kernels.outcomes.report import observe_lookups
 
     pytensor.config.mode = numba_cache.numba_cache_mode()
     if verify is not None:
@@ -123,7 +123,7 @@ def main(target: str, verify: int | None = None) -> int:
 
 
 def _verification(stats) -> dict:
-    from numba_cache.kernels import collisions
+    from numba_cache.kernels.outcomes import collisions
 
     return {
         "verified": stats.get("verify.same", 0) + stats.get("collision", 0),

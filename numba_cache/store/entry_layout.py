@@ -10,8 +10,8 @@ goes with a new key format version (:mod:`numba_cache.versions`).
 
 Encodings that need numba or PyTensor stay with the code that makes them, named here
 with the module that encodes them: a kernel's compile result
-(:mod:`numba_cache.kernels.serialize`), a rewritten graph's outputs
-(:mod:`numba_cache.integration.rewrite_cache`), numba's runtime library (its object
+(:mod:`numba_cache.kernels.protocol.serialize`), a rewritten graph's outputs
+(:mod:`numba_cache.rewritten.rewrite_cache`), numba's runtime library (its object
 code and bitcode, as numba gives them).
 
 Entries by kind:
@@ -44,7 +44,7 @@ _IR_DIGEST_PREFIX = "ir:"
 
 
 def overload_blob_name(signature) -> str:
-    """The blob of the compile result for `signature` (:mod:`numba_cache.kernels.serialize`)."""
+    """The blob of the compile result for `signature` (:mod:`numba_cache.kernels.protocol.serialize`)."""
     return f"{_OVERLOAD_PREFIX}{signature}"
 
 
@@ -88,7 +88,7 @@ RUNTIME_SYMBOLS_BLOB = "symbols"
 
 # -- Rewrite entries --------------------------------------------------------------------
 
-#: The rewritten graph's outputs (:mod:`numba_cache.integration.rewrite_cache`).
+#: The rewritten graph's outputs (:mod:`numba_cache.rewritten.rewrite_cache`).
 REWRITTEN_GRAPH_BLOB = "graph"
 #: The whole key of the graph kernel the rewritten graph compiles to (:func:`encode_graph_key`).
 GRAPH_KEY_BLOB = "graph_key"
@@ -157,7 +157,7 @@ def decode_blocks(blob: bytes | None, errors: str = "strict") -> list[str]:
 
 
 def encode_warnings(recorded: list[dict]) -> bytes:
-    """Recorded warnings (:mod:`numba_cache.kernels.replay`), as a JSON list."""
+    """Recorded warnings (:mod:`numba_cache.kernels.outcomes.replay`), as a JSON list."""
     return json.dumps(recorded).encode()
 
 
@@ -169,7 +169,7 @@ def decode_warnings(blob: bytes | None) -> list[dict]:
 
 
 def encode_cfunc_links(fields: dict) -> bytes:
-    """A C callback's links (:mod:`numba_cache.kernels.links`), as JSON with sorted keys."""
+    """A C callback's links (:mod:`numba_cache.kernels.callbacks.links`), as JSON with sorted keys."""
     return json.dumps(fields, sort_keys=True).encode()
 
 

@@ -27,7 +27,7 @@ REGISTRIES_NAME = "registries.json"
 #: The directory of the code index: one file per code key, holding a graph key.
 CODE_INDEX_NAME = "by_code"
 #: The directory of the linking claims: one file per linked graph kernel being built,
-#: or whose build failed (:mod:`numba_cache.kernels.linked_tier`).
+#: or whose build failed (:mod:`numba_cache.kernels.helpers.linked_build`).
 LINKING_NAME = "linking"
 #: How long a failed build keeps others from trying it again, in seconds.
 FAILED_LINKING_HOLDS = 86400.0

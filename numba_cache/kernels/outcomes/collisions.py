@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from numba_cache.kernels import report
+from numba_cache.kernels.outcomes import report
 from numba_cache.keys.key import Key
 from numba_cache.store import StoreWarning, entry_layout
 

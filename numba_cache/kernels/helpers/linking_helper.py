@@ -1,6 +1,6 @@
-"""The helper building linked graph kernels for one process (:mod:`.linked_tier`).
+"""The helper building linked graph kernels for one process (:mod:`.linked_build`).
 
-A new interpreter, started by :mod:`.linked_tier` with the import path of the
+A new interpreter, started by :mod:`.linked_build` with the import path of the
 process it helps on its first input line; each later line names a job file,
 read and deleted. A job holds that process's settings and PyTensor flags, its
 environment fingerprint, the graph (inputs and outputs), the numba signature and
@@ -25,7 +25,7 @@ _NICENESS = 10
 
 def main(lines) -> None:
     """Build the job of each file named by `lines` (the helper's input), until it ends."""
-    from numba_cache.kernels import report
+    from numba_cache.kernels.outcomes import report
 
     with contextlib.suppress(OSError, AttributeError):  # no os.nice off POSIX
         os.nice(_NICENESS)
@@ -39,7 +39,7 @@ def main(lines) -> None:
 def _build_job(path: Path) -> None:
     import cloudpickle
 
-    from numba_cache.kernels import report
+    from numba_cache.kernels.outcomes import report
     from numba_cache.kernels.context import adopt_state
 
     try:
@@ -65,7 +65,7 @@ def _build(context, job: dict) -> str | None:
     from pytensor.graph.fg import FunctionGraph
 
     from numba_cache._compat import numba_internals
-    from numba_cache.kernels.graph import graph_kernel
+    from numba_cache.kernels.assembly.graph_kernel import graph_kernel
 
     if not context.enabled:
         return "the cache is off in the helper"

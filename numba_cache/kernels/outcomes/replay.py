@@ -4,7 +4,7 @@ PyTensor's ``NUMBA`` mode converts every op while ``pytensor.function()`` builds
 the function, and that is where it warns (``Numba will use object mode to run
 <Op>'s perform method``: part of the graph will run at Python speed) or raises
 (an op it cannot convert). numba_cache converts on a miss only, so it converts
-at the same moment (see :func:`numba_cache.kernels.graph.graph_kernel`) and keeps
+at the same moment (see :func:`numba_cache.kernels.assembly.graph_kernel.graph_kernel`) and keeps
 the warnings of that conversion with the graph's entry, as ccache keeps a
 compiler's stderr: a hit tells them again, in order, at the same point.
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import identifier, kernel_source
-from numba_cache.kernels import replay
-from numba_cache.kernels.cache import KernelCache
-from numba_cache.kernels.dispatcher import cached_dispatcher
-from numba_cache.kernels.report import record_reuse
-from numba_cache.kernels.uncacheable import Uncacheable, registered_reason, unkeyed
+from numba_cache.kernels.outcomes import replay
+from numba_cache.kernels.protocol.cache import KernelCache
+from numba_cache.kernels.protocol.dispatcher import cached_dispatcher
+from numba_cache.kernels.outcomes.report import record_reuse
+from numba_cache.kernels.outcomes.uncacheable import Uncacheable, registered_reason, unkeyed
 from numba_cache.keys.kernels import op_kernel_key
 
 #: How PyTensor's warning that an op falls back to its perform method begins.

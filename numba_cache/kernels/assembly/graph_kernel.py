@@ -1,4 +1,4 @@
-"""The whole-graph kernel: the first cache level.
+"""The whole-graph kernel: level 2 of the cache.
 
 The graph's key and generated source are computed from the graph alone, without
 converting any op. Only when the store misses does ``prepare`` convert each node
@@ -13,7 +13,7 @@ are not stored (uncacheable, or a disabled cache) are linked in, as numba links
 them, and so is every op kernel under the ``link_op_kernels`` setting. A graph
 kernel that only calls is optimised lightly (:mod:`.glue`). Under the
 ``link_in_background`` setting, a helper builds it again with its op kernels
-linked in, for later processes (:mod:`.linked_tier`).
+linked in, for later processes (:mod:`.linked_build`).
 """
 
 from __future__ import annotations
@@ -25,15 +25,16 @@ from numba_cache._compat import numba_internals
 from numba_cache.codegen.lifted_constants import lifted
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import GRAPH_BODY, graph_kernel_name, graph_source
-from numba_cache.kernels import op_links, replay, report
-from numba_cache.kernels.cache import KernelCache
-from numba_cache.kernels.compile_ahead import CompileAhead
-from numba_cache.kernels.conversion import op_kernel, source_label
-from numba_cache.kernels.dispatcher import cached_dispatcher
-from numba_cache.kernels.glue import GlueCompiler
-from numba_cache.kernels.graph_body import graph_body
-from numba_cache.kernels.linked_tier import LinkedTier
-from numba_cache.kernels.uncacheable import Uncacheable, unkeyed
+from numba_cache.kernels.assembly import op_links
+from numba_cache.kernels.outcomes import replay, report
+from numba_cache.kernels.protocol.cache import KernelCache
+from numba_cache.kernels.helpers.compile_ahead import CompileAhead
+from numba_cache.kernels.assembly.conversion import op_kernel, source_label
+from numba_cache.kernels.protocol.dispatcher import cached_dispatcher
+from numba_cache.kernels.assembly.glue import GlueCompiler
+from numba_cache.kernels.assembly.graph_body import graph_body
+from numba_cache.kernels.helpers.linked_build import LinkedBuild
+from numba_cache.kernels.outcomes.uncacheable import Uncacheable, unkeyed
 from numba_cache.keys.constants import hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
 from numba_cache.keys.kernels import (
@@ -59,7 +60,7 @@ class GraphKernel:
 def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -> GraphKernel:
     """The kernel evaluating `fgraph`, loaded from the store when possible.
 
-    `known` is the graph's :class:`numba_cache.integration.rewrite_cache.KnownGraphKernel`
+    `known` is the graph's :class:`numba_cache.rewritten.rewrite_cache.KnownGraphKernel`
     when the rewrite cache already computed its key and generated its source.
     """
     from pytensor import config
@@ -131,7 +132,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
 
     linked = None
     if context.settings.link_in_background and op_calls == BY_SYMBOL and verdict is None:
-        linked = LinkedTier(context, fgraph, key)
+        linked = LinkedBuild(context, fgraph, key)
     cache = KernelCache(context, key, generated.source, prepare=prepare, verdict=verdict,
                         op_calls=called_by_symbol, function_name=name, linked=linked)
     dispatcher = cached_dispatcher(

@@ -26,7 +26,7 @@ import os
 def main(argv: list[str], pickled_payload: bytes) -> None:
     """Help the process `argv` names (``POSITION ANNOUNCE PARENT``) with the settings and
     work of `pickled_payload`."""
-    from numba_cache.kernels import compile_ahead
+    from numba_cache.kernels.helpers import compile_ahead
 
     position_fd, announce, parent = (int(argument) for argument in argv)
     compile_ahead.become_helper(announce)
@@ -36,7 +36,7 @@ def main(argv: list[str], pickled_payload: bytes) -> None:
 
     from numba_cache._compat import numba_internals
     from numba_cache.kernels.context import adopt_state
-    from numba_cache.kernels.conversion import op_kernel
+    from numba_cache.kernels.assembly.conversion import op_kernel
 
     payload = cloudpickle.loads(pickled_payload)
     context = adopt_state(payload)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from numba.core.registry import CPUDispatcher
 
 from numba_cache._compat import numba_internals
-from numba_cache.kernels.self_contained import SelfContainedCompiler
+from numba_cache.kernels.protocol.self_contained import SelfContainedCompiler
 
 
 class CachedDispatcher(CPUDispatcher):

@@ -25,11 +25,14 @@ from collections.abc import Callable
 from numba.core.caching import _Cache
 
 from numba_cache._compat import numba_internals
-from numba_cache.kernels import blocks as object_mode_blocks
-from numba_cache.kernels import (collisions, compile_ahead, op_links, replay, report, runtime,
-                                 stored_library)
-from numba_cache.kernels.serialize import dump_compile_result, load_compile_result
-from numba_cache.kernels.uncacheable import Uncacheable, inspect_compile_result
+from numba_cache.kernels.runtime import blocks as object_mode_blocks
+from numba_cache.kernels.outcomes import collisions, replay, report
+from numba_cache.kernels.helpers import compile_ahead
+from numba_cache.kernels.assembly import op_links
+from numba_cache.kernels.runtime import numba_runtime as runtime
+from numba_cache.kernels.protocol import stored_library
+from numba_cache.kernels.protocol.serialize import dump_compile_result, load_compile_result
+from numba_cache.kernels.outcomes.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.store import Entry, entry_layout
 
 
@@ -49,7 +52,7 @@ class KernelCache(_Cache):
     are converted): the store's code index names the graph kernel last stored with
     that code, which serves a miss of this graph's own key (and is stored under it).
 
-    `linked` is a graph kernel's :class:`.linked_tier.LinkedTier` under the
+    `linked` is a graph kernel's :class:`.linked_build.LinkedBuild` under the
     ``link_in_background`` setting: its linked build, when stored, serves first;
     otherwise this kernel serves, and the linked one is asked for. The collision
     detector, which compiles this kernel to compare, serves this kernel only.
@@ -95,7 +98,7 @@ class KernelCache(_Cache):
     @property
     def served_key(self):
         """The key of the kernel this cache serves: the linked build's, if it was stored
-        when :meth:`prefetch` looked (:mod:`.linked_tier`), else :attr:`key`."""
+        when :meth:`prefetch` looked (:mod:`.linked_build`), else :attr:`key`."""
         return self._linked.key if self._linked_stored else self._key
 
     @property
@@ -216,7 +219,7 @@ class KernelCache(_Cache):
         return entry, cres
 
     def _load_linked(self, sig, target_context):
-        """The linked build of this graph kernel for `sig` (:mod:`.linked_tier`), or None."""
+        """The linked build of this graph kernel for `sig` (:mod:`.linked_build`), or None."""
         context, key = self._context, self._linked.key
         entry, self._linked_prefetched = self._linked_prefetched, None
         if entry is None:
@@ -316,7 +319,7 @@ class KernelCache(_Cache):
 
     def prefetch(self) -> Entry | None:
         """The stored entry, read ahead of numba's first lookup (which then uses it); the
-        linked build's, if it is stored (:mod:`.linked_tier`)."""
+        linked build's, if it is stored (:mod:`.linked_build`)."""
         if not self._persistent:
             return None
         fingerprint = self._context.fingerprint.digest

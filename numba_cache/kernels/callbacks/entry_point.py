@@ -33,7 +33,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from numba_cache.kernels import hidden_symbols, symbol_calls
+from numba_cache.kernels.callbacks import hidden_symbols
+from numba_cache.kernels.assembly import symbol_calls
 
 _entry_points: weakref.WeakSet = weakref.WeakSet()
 

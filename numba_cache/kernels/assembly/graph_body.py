@@ -31,7 +31,7 @@ machine code whole while it makes it, and the large benchmark model's graph
 kernel (about 1,000 calls) in one function added 100 MiB to its compile's peak
 memory (measured with parts of 50 to 500 calls: the peak lowest from 50 to 250; a
 call about 4% longer than in one function, whatever the number of parts). A body
-whose op kernels are linked in (``NBCACHE_LINK_OPS``, the linked tier) is built for
+whose op kernels are linked in (``NBCACHE_LINK_OPS``, the linked build) is built for
 its speed, mostly by a helper in the background: it is one function.
 
 Before, numba typed and lowered one Python statement per node: on the large benchmark
@@ -49,7 +49,7 @@ from collections.abc import Callable
 from numba_cache._compat import numba_internals
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import grouped
-from numba_cache.kernels.symbol_calls import emit_call
+from numba_cache.kernels.assembly.symbol_calls import emit_call
 
 #: The most op kernel calls emitted in one LLVM function (the body is split in parts).
 CALLS_PER_FUNCTION = 100

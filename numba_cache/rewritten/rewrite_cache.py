@@ -14,7 +14,7 @@ never stored, and unpickling wires the nodes straight to the new inputs.
 
 Observed data (large constants) would make every new data set a new rewrite.
 Rewriting a graph with data constants therefore records the questions it asks
-of the data (:mod:`numba_cache.keys.data_reads`), and the rewritten graph is
+of the data (:mod:`numba_cache.rewritten.data_reads`), and the rewritten graph is
 stored with data slots instead of values, under a key that describes data by
 type and shape. New data that answers the questions the same way fills the
 slots and skips rewriting; the values reaching the kernel are the new data's.
@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from pytensor.compile.maker import FunctionMaker
 
 from numba_cache.codegen.sources import GraphSource, graph_kernel_name, graph_source
-from numba_cache.kernels import report
-from numba_cache.kernels.uncacheable import unkeyed
+from numba_cache.kernels.outcomes import report
+from numba_cache.kernels.outcomes.uncacheable import unkeyed
 from numba_cache.keys.canonical import digest
 from numba_cache.keys.constants import hidden_constants
-from numba_cache.keys.data_reads import DataReads, answers_for, derive, watch
+from numba_cache.rewritten.data_reads import DataReads, answers_for, derive, watch
 from numba_cache.keys.kernels import graph_kernel_key, op_calls_setting
 from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order

@@ -39,7 +39,7 @@ from numba.core.runtime import rtsys
 
 from numba_cache._compat import numba_internals
 from numba_cache.codegen import generated
-from numba_cache.kernels import stored_library
+from numba_cache.kernels.protocol import stored_library
 
 
 class _KernelPickler(serialize.NumbaPickler):

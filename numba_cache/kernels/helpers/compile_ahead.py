@@ -42,7 +42,7 @@ import threading
 import warnings
 from collections.abc import Callable
 
-from numba_cache.kernels.predicted_types import mispredicted, predict
+from numba_cache.kernels.assembly.predicted_types import mispredicted, predict
 
 #: Where the typing is (the index of the step it serves), shared with the helper.
 POSITION = struct.Struct("q")
@@ -52,7 +52,7 @@ _PR_SET_PDEATHSIG = 1
 _SPAWNED_MAIN = ("import pickle, sys\n"
                  "path, payload = pickle.load(sys.stdin.buffer)\n"
                  "sys.path[:] = path\n"
-                 "from numba_cache.kernels.spawned_helper import main\n"
+                 "from numba_cache.kernels.helpers.spawned_helper import main\n"
                  "main(sys.argv[1:], payload)\n")
 #: A threshold of the oldest generation no count reaches.
 _NO_FULL_COLLECTION = 2**31 - 1
@@ -332,7 +332,7 @@ def become_helper(announce: int) -> None:
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the helper's own)
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
-    from numba_cache.kernels import report
+    from numba_cache.kernels.outcomes import report
 
     report.count_in_store(False)  # the typing counts what the helper compiles
 

@@ -28,10 +28,11 @@ from collections.abc import Callable, Sequence
 from numba.core import compiler
 from numba.core.ccallback import CFunc
 
-from numba_cache.kernels import links, runtime
-from numba_cache.kernels.cache import KernelCache
-from numba_cache.kernels.self_contained import SelfContainedCompiler
-from numba_cache.kernels.uncacheable import Uncacheable
+from numba_cache.kernels.callbacks import links
+from numba_cache.kernels.runtime import numba_runtime as runtime
+from numba_cache.kernels.protocol.cache import KernelCache
+from numba_cache.kernels.protocol.self_contained import SelfContainedCompiler
+from numba_cache.kernels.outcomes.uncacheable import Uncacheable
 from numba_cache.keys.key import Key
 from numba_cache.logs import logger
 from numba_cache.store import entry_layout

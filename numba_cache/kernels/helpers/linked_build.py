@@ -1,19 +1,19 @@
-"""The linked tier: graph kernels rebuilt with their op kernels linked in, in the background.
+"""The linked build: graph kernels rebuilt with their op kernels linked in, in the background.
 
-A graph kernel that calls its op kernels by symbol (tier 1, :mod:`.symbol_calls`)
+A graph kernel that calls its op kernels by symbol (the by-symbol build, :mod:`.symbol_calls`)
 compiles only its glue, but its calls are not inlined. Under the
-``link_in_background`` setting, once a tier-1 graph kernel is served for a numba
+``link_in_background`` setting, once a by-symbol graph kernel is served for a numba
 signature (loaded, or compiled and stored), a helper process builds the same
 graph with its op kernels linked in, under the key ``link_op_kernels`` gives it
 (:func:`numba_cache.keys.kernels.linked_key`), and stores it; later processes
-load that kernel (tier 2) instead, for that signature. A process does not swap
+load that kernel (the linked build) instead, for that signature. A process does not swap
 kernels while it runs: the kernel it called first is the one it keeps.
 
 Why it is a setting, off by default: once inlined, the op kernels' code is
 optimised again under PyTensor's fastmath flags (reassociation, contraction), so
-tier 2's results can differ from tier 1's in the last bits. A process before the
+the linked build's results can differ from the by-symbol build's in the last bits. A process before the
 build and one after it can then disagree in the last bits, which numba_cache
-otherwise never lets happen. Tier 2 gives the bits ``link_op_kernels`` gives,
+otherwise never lets happen. The linked build gives the bits ``link_op_kernels`` gives,
 within the same ULP bound of ``NUMBA``.
 
 The helper (:mod:`.linking_helper`) is one new interpreter per process, started
@@ -34,21 +34,21 @@ import sys
 import tempfile
 import time
 
-from numba_cache.kernels import report
+from numba_cache.kernels.outcomes import report
 from numba_cache.keys.kernels import linked_key
 
 #: The helper's program: the import path, then :func:`.linking_helper.main` on its input.
 _HELPER_MAIN = ("import json, sys\n"
                 "sys.path[:] = json.loads(sys.stdin.readline())\n"
-                "from numba_cache.kernels.linking_helper import main\n"
+                "from numba_cache.kernels.helpers.linking_helper import main\n"
                 "main(sys.stdin)\n")
 
 _helpers: dict[int, subprocess.Popen] = {}  # this process's helper, by process id
 _requested: set = set()  # (linked key digest, signature) asked for by this process
 
 
-class LinkedTier:
-    """The way from a tier-1 graph kernel (`key`, of `fgraph`) to its linked build."""
+class LinkedBuild:
+    """The way from a by-symbol graph kernel (`key`, of `fgraph`) to its linked build."""
 
     def __init__(self, context, fgraph, key):
         self._context = context
@@ -70,7 +70,7 @@ class LinkedTier:
         try:
             path = _job_file(context, self._fgraph, signature, digest)
             _send(path)
-        except Exception as exc:  # the linked tier only saves call time: never fail a compile
+        except Exception as exc:  # the linked build only saves call time: never fail a compile
             context.store.release_linking(fingerprint, digest, f"not sent to the helper: {exc!r}")
             report.record(context, "linking:failed")
             report.logger.debug("linked build of %s not started: %r", self.key.short, exc)

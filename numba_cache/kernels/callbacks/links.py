@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from numba_cache._compat import numba_internals
-from numba_cache.kernels import hidden_symbols
-from numba_cache.kernels.uncacheable import Uncacheable
+from numba_cache.kernels.callbacks import hidden_symbols
+from numba_cache.kernels.outcomes.uncacheable import Uncacheable
 from numba_cache.store import entry_layout
 
 

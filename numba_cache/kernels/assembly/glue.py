@@ -28,7 +28,7 @@ import llvmlite.binding as llvm
 from numba.core.runtime import rtsys
 
 from numba_cache._compat import numba_internals
-from numba_cache.kernels.self_contained import SelfContainedCompiler, SelfContainedLibrary
+from numba_cache.kernels.protocol.self_contained import SelfContainedCompiler, SelfContainedLibrary
 from numba_cache.logs import logger
 
 
@@ -85,7 +85,7 @@ class GlueCompiler(SelfContainedCompiler):
     them and lowers with numba's builtin ones and its boxing
     (:func:`numba_internals.lean_refresh`). Op kernels compiled while it is typed
     get numba's full refresh (:func:`numba_internals.full_refresh`, in
-    :mod:`.graph`). Should the lean compile fail (a constant whose lowering lives
+    :mod:`.graph_kernel`). Should the lean compile fail (a constant whose lowering lives
     elsewhere), it is compiled again after numba's full refresh: `full_refreshes`
     counts those, `lean_compiles` the others. A failure of an op kernel's own
     compile is raised as it is: it had numba's registries.

@@ -34,7 +34,7 @@ import numpy as np
 from numba_cache._compat import tensor_constant_data
 from numba_cache._compat.pytensor_internals import CONSTANT_FOLDING
 from numba_cache.keys.constants import HIDDEN_MIN_SIZE, hidden_constants
-from numba_cache.keys.data_readers import reader_summary
+from numba_cache.rewritten.data_readers import reader_summary
 
 #: The reader behind PyTensor's merging of equal constants, checked apart.
 MERGE_SIGNATURE = "pytensor.tensor.variable.TensorConstant.signature"

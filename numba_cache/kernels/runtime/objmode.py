@@ -34,8 +34,8 @@ import warnings
 
 from numba.core import pythonapi, types
 
-from numba_cache.kernels.blocks import block_key, held_by_a_stored_kernel, is_cached_block
-from numba_cache.kernels.cache import KernelCache
+from numba_cache.kernels.runtime.blocks import block_key, held_by_a_stored_kernel, is_cached_block
+from numba_cache.kernels.protocol.cache import KernelCache
 from numba_cache.kernels.context import current_context
 from numba_cache.store import StoreWarning
 

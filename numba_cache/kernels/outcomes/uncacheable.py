@@ -34,7 +34,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from numba_cache.kernels.self_contained import is_self_contained
+from numba_cache.kernels.protocol.self_contained import is_self_contained
 from numba_cache.keys.key import Key
 
 _registry: dict[type, str] = {}

@@ -1,10 +1,10 @@
-"""The linked tier: a helper builds a served graph kernel with its op kernels linked in.
+"""The linked build: a helper builds a served graph kernel with its op kernels linked in.
 
 With ``NBCACHE_LINK_BACKGROUND=1`` a process that served a graph kernel calling its
-op kernels by symbol (tier 1) leaves a helper building the linked one (tier 2),
+op kernels by symbol (the by-symbol build) leaves a helper building the linked one (the linked build),
 which later processes run. Each test runs fresh processes against one store and
-waits for the helper through its claim in the store. Tier 2 must give the bits of
-``NBCACHE_LINK_OPS=1``'s cold compile in a store of its own, tier 1 keeps its own
+waits for the helper through its claim in the store. The linked build must give the bits of
+``NBCACHE_LINK_OPS=1``'s cold compile in a store of its own, the by-symbol build keeps its own
 bits, and both stay within ``NUMBA_ULP_BOUND`` of PyTensor's ``NUMBA``.
 """
 
@@ -74,7 +74,7 @@ def test_later_processes_run_the_linked_build_with_the_linked_bits(private_store
     linked = compile_radon({"NBCACHE_LINK_OPS": "1", "NBCACHE_DIR": str(tmp_path / "eager")})
     assert later["values"] == linked["values"]
 
-    # Without the setting, the store serves tier 1, with the first process's bits.
+    # Without the setting, the store serves the by-symbol build, with the first process's bits.
     by_symbol = compile_radon()
     assert by_symbol["compiles"] == [] and "linking:served" not in by_symbol["stats"]
     assert by_symbol["values"] == first["values"]

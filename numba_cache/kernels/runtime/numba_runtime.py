@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from numba_cache import versions
 from numba_cache._compat import numba_internals
-from numba_cache.kernels import report, stored_library
+from numba_cache.kernels.outcomes import report
+from numba_cache.kernels.protocol import stored_library
 from numba_cache.keys.key import Key
 from numba_cache.logs import logger
 from numba_cache.store import Entry

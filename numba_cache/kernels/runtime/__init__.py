@@ -1,0 +1,6 @@
+"""What stored kernels need at run time beside their own code.
+
+- :mod:`.numba_runtime`: numba's runtime functions (NRT), loaded from the store;
+- :mod:`.objmode`: object-mode blocks compiled once, then loaded in every process;
+- :mod:`.blocks`: which blocks the stored kernels hold.
+"""

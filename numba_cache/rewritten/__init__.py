@@ -1,0 +1,7 @@
+"""Level 1 of the cache: the rewritten graph, keyed by the graph before rewriting.
+
+- :mod:`.rewrite_cache`: a function maker that looks the rewritten graph up before
+  PyTensor rewrites it, and stores it after;
+- :mod:`.data_reads`: what rewriting read of constants' data, so that a key names it;
+- :mod:`.data_readers`: the kinds of read a key can answer, by registration.
+"""
