@@ -41,7 +41,7 @@ from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
 from numba_cache.store import Entry, entry_layout
-from numba_cache.store.references import graph_key_fields
+from numba_cache.store.entry_layout import graph_key_fields
 
 #: The reason counted (``uncacheable:<reason>``) for a rewrite whose key could not be made.
 UNKEYABLE_REWRITE = "unkeyable-rewrite"

@@ -35,6 +35,8 @@ from __future__ import annotations
 import json
 import pickle
 
+from .entry import is_sha256_hex
+
 # -- Kernel entries: one blob of each kind per numba signature -------------------------
 
 _OVERLOAD_PREFIX = "kernel:"
@@ -187,6 +189,26 @@ def decode_graph_key(blob: bytes):
     """The fields :func:`encode_graph_key` wrote; raises ValueError (or TypeError) when
     `blob` is not JSON."""
     return json.loads(blob)
+
+
+def graph_key_fields(entry) -> dict:
+    """The graph kernel key a rewrite `entry` (an :class:`~.entry.Entry`) promises, as stored (``kind``, ``summary``,
+    ``components``, ``digest``); raises ValueError when the promise cannot be honoured."""
+    missing = [name for name in REWRITE_BLOBS if name not in entry.blobs]
+    if missing:
+        raise ValueError(f"rewrite entry without its {', '.join(missing)} blob")
+    try:
+        fields = decode_graph_key(entry.blobs[GRAPH_KEY_BLOB])
+        kind, digest, components = fields["kind"], fields["digest"], fields["components"]
+    except (ValueError, TypeError, KeyError):
+        raise ValueError("unreadable graph key (not the JSON this version writes)") from None
+    if kind != "graph":
+        raise ValueError(f"its graph key is of kind {kind!r}, not 'graph'")
+    if digest != entry.components.get(GRAPH_KERNEL_COMPONENT) or not is_sha256_hex(digest):
+        raise ValueError(f"its graph key {str(digest)[:12]} is not the graph kernel it names")
+    if components.get("fingerprint", entry.fingerprint) != entry.fingerprint:
+        raise ValueError("its graph key is of another environment fingerprint")
+    return fields
 
 
 def encode_rewrite_data(fields: dict) -> bytes:

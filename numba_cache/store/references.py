@@ -21,32 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .entry import Entry, is_sha256_hex
-from .entry_layout import (BLOCK_COMPONENT, BLOCKS_BLOB, GRAPH_KERNEL_COMPONENT, GRAPH_KEY_BLOB,
-                           REWRITE_BLOBS, decode_blocks, decode_graph_key)
+from .entry import Entry
+from .entry_layout import (BLOCK_COMPONENT, BLOCKS_BLOB, GRAPH_KERNEL_COMPONENT, REWRITE_BLOBS,
+                           decode_blocks, graph_key_fields)
 
 #: The blobs :meth:`References.add` reads of an entry (``verify`` inflates only these).
 BLOBS_READ = (*REWRITE_BLOBS, BLOCKS_BLOB)
-
-
-def graph_key_fields(entry: Entry) -> dict:
-    """The graph kernel key a rewrite entry promises, as stored (``kind``, ``summary``,
-    ``components``, ``digest``); raises ValueError when the promise cannot be honoured."""
-    missing = [name for name in REWRITE_BLOBS if name not in entry.blobs]
-    if missing:
-        raise ValueError(f"rewrite entry without its {', '.join(missing)} blob")
-    try:
-        fields = decode_graph_key(entry.blobs[GRAPH_KEY_BLOB])
-        kind, digest, components = fields["kind"], fields["digest"], fields["components"]
-    except (ValueError, TypeError, KeyError):
-        raise ValueError("unreadable graph key (not the JSON this version writes)") from None
-    if kind != "graph":
-        raise ValueError(f"its graph key is of kind {kind!r}, not 'graph'")
-    if digest != entry.components.get(GRAPH_KERNEL_COMPONENT) or not is_sha256_hex(digest):
-        raise ValueError(f"its graph key {str(digest)[:12]} is not the graph kernel it names")
-    if components.get("fingerprint", entry.fingerprint) != entry.fingerprint:
-        raise ValueError("its graph key is of another environment fingerprint")
-    return fields
 
 
 @dataclass(frozen=True)
