@@ -5,7 +5,7 @@
 - :mod:`.key`: a digest that keeps its components;
 - :mod:`.canonical`: content descriptions of values (props, constants, types);
 - :mod:`.graph`: descriptions of ops, types and whole graphs;
-- :mod:`.kernels`: the keys of the two cache levels (graph kernel, op kernel).
+- :mod:`.kernels`: the keys of cache levels 2 and 3 (graph kernel, op kernel).
 """
 
 from numba_cache.keys.fingerprint import Fingerprint, current_fingerprint

@@ -1,4 +1,4 @@
-"""The keys of the two cache levels: a whole-graph kernel, and one kernel per op.
+"""The keys of cache levels 2 and 3: a whole-graph kernel, and one kernel per op.
 
 Both are salted with the environment fingerprint and the codegen version. An op
 kernel's key also carries PyTensor's own per-op cache key (which versions the

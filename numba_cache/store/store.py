@@ -36,7 +36,7 @@ class Store(Maintenance):
     ``settings.readonly`` is set or when its root is not writable, or cannot be
     created (below a regular file, in a directory that is not writable).
 
-    With ``settings.remote`` set, a shared server is the second level
+    With ``settings.remote`` set, a shared server is the remote tier
     (:mod:`.remote`): a local miss is looked up there and a hit written back
     locally; a saved entry is published there.
     """

@@ -4,7 +4,7 @@ Each op goes through PyTensor's own numba dispatch (``numba_funcify_and_cache_ke
 so every op PyTensor supports is supported, and third-party ops registered with
 ``register_funcify_and_cache_key`` work unchanged. The returned implementation is
 hoisted into a generated wrapper kernel with its own key and cache entry: the
-second cache level, which lets a new graph made of known ops skip their compiles.
+level 3 of the cache, which lets a new graph made of known ops skip their compiles.
 """
 
 from __future__ import annotations

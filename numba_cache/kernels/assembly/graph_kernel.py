@@ -2,7 +2,7 @@
 
 The graph's key and generated source are computed from the graph alone, without
 converting any op. Only when the store misses does ``prepare`` convert each node
-into an op kernel (second level) and bind it, with the graph's constants, into
+into an op kernel (level 3) and bind it, with the graph's constants, into
 the generated function's globals, right before numba compiles.
 
 The graph kernel calls each stored op kernel by its symbol
