@@ -34,6 +34,7 @@ FIGURES = [
     Figure("new_data_process", "s", "new data, base cached: start → first result"),
     Figure("variant", "s", "variant compile after base cached (all variants)"),
     Figure("new_model", "s", "new model of the same ops (other sizes or terms), after all"),
+    Figure("edit", "s", "structural edit, after the base alone (all edits)"),
     Figure("peak_rss_cold", "B", "peak resident memory of the cold process"),
     Figure("compile_rss_cold", "B", "resident memory the cold compile added (peak − before)"),
     Figure("helper_rss_cold", "B",
@@ -53,6 +54,7 @@ FIGURES = [
     Figure("compiles_new_data", "", "numba compiles, new data"),
     Figure("compiles_variant", "", "numba compiles, per variant"),
     Figure("compiles_new_model", "", "numba compiles, new model"),
+    Figure("compiles_edit", "", "numba compiles, per structural edit"),
     Figure("disk_base_bytes", "B", "disk after the base model"),
     Figure("disk_bytes", "B", "disk after base + new data + variants"),
     Figure("disk_files", "", "files after base + new data + variants"),
@@ -80,6 +82,7 @@ TARGETS = [
     Target("same model, new data (fresh process, base cached)", "new_data", 0.1),
     Target("a new model whose ops are all in the store", "new_model", 0.4),
     Target("a new model whose ops are all in the store", "new_model", 0.4, "large"),
+    Target("a structural edit of the model, base cached", "edit", 0.4),
     Target("cold compile", "cold", 0.6, "large"),
     Target("cold compile", "cold", 0.8, "gp"),
     Target("peak resident memory added by the cold compile (with its helper's)",
@@ -213,21 +216,17 @@ def _events(results, model: str) -> list[str]:
     return lines
 
 
-def variants_section(results, model: str, modes: list[str]) -> list[str]:
+def each_graph_section(results, model: str, modes: list[str], figure: str, names,
+                       title: str) -> list[str]:
+    """A table of `figure` for each of `names` (variants, edits) of `model`, under `title`."""
     samples = results["samples"]
-    names = list(MODELS[model].variants)
-    figures = [Figure(f"variant[{name}]", "s", name) for name in names if any(
-        samples.get(model, {}).get(mode, {}).get(f"variant[{name}]") for mode in modes)]
+    figures = [Figure(f"{figure}[{name}]", "s", name) for name in names if any(
+        samples.get(model, {}).get(mode, {}).get(f"{figure}[{name}]") for mode in modes)]
     if not figures:
         return []
-    rows = [[f"`{figure.label}`"] + [cell(samples, model, mode, figure) for mode in modes]
-            for figure in figures]
-    return [
-        f"### {model}: compile of each variant, after the base, the new data and the variants "
-        "above it",
-        "",
-        *_table(["variant"] + modes, rows),
-    ]
+    rows = [[f"`{each.label}`"] + [cell(samples, model, mode, each) for mode in modes]
+            for each in figures]
+    return [f"### {model}: {title}", "", *_table([figure] + modes, rows)]
 
 
 def disk_section(results, model: str, modes: list[str]) -> list[str]:
@@ -284,8 +283,14 @@ def render(results: dict, modes: list[str], models: list[str], machine: dict, co
     for model in models:
         lines += ["", *model_section(results, model, modes)]
         if MODELS[model].variants:
-            lines += ["", *variants_section(results, model, modes)]
+            lines += ["", *each_graph_section(
+                results, model, modes, "variant", MODELS[model].variants,
+                "compile of each variant, after the base, the new data and the variants above it")]
             lines += ["", *disk_section(results, model, modes)]
+        if MODELS[model].edits:
+            lines += ["", *each_graph_section(
+                results, model, modes, "edit", MODELS[model].edits,
+                "compile of each structural edit, after the base alone")]
     return "\n".join(lines) + "\n"
 
 
@@ -320,7 +325,9 @@ def _how_to_read(modes: list[str]) -> list[str]:
         "with other observed data (`seed=1`), after base. *Variants*: each in its own process "
         "after the base, the new data and the variants before it. *New model*: another graph "
         "of the same ops (the model on a dataset of other sizes; for `large`, other terms), "
-        "after all of those.",
+        "after all of those. *Structural edits* (radon): each a change of the model's "
+        "structure (another prior family, an added term, a group-level predictor, varying "
+        "slopes), in its own process on the caches as the warm process left them.",
         "- *memory*: `VmHWM` of the cold process (its peak resident set, interpreter and "
         "imports included), and that peak less `VmRSS` just before `pytensor.function`: "
         "what the compile added.",

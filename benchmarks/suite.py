@@ -11,7 +11,10 @@ For each repeat, model and mode, in a new work directory (empty caches, see
    the base and the variants before it; the disk is measured after the last;
 5. new model: another graph made of the same ops (the model on a dataset of
    other sizes, or another draw of the large model's terms), after all the above;
-6. linked build (``NUMBA_CACHE``): with ``NBCACHE_LINK_BACKGROUND=1``, a process
+6. structural edits (radon): each edit of the model's structure in its own process,
+   on the caches as the warm step left them (restored before each edit), so each
+   edit is compiled after the base alone;
+7. linked build (``NUMBA_CACHE``): with ``NBCACHE_LINK_BACKGROUND=1``, a process
    asks for the base model's linked build; once its helper stored it, a new
    process loads it and times calls (compared with ``NUMBA``'s warm figures).
 
@@ -34,7 +37,7 @@ from pathlib import Path
 from benchmarks.child import FIRST_RESULT, OURS
 from benchmarks.modes import MODES, REPOSITORY, Mode, disk_usage
 from numba_cache import settings
-from numba_cache.evaluation.models import RADON_VARIANTS
+from numba_cache.evaluation.models import RADON_EDITS, RADON_VARIANTS
 from numba_cache.kernels.helpers import linked_build as linked_build
 from numba_cache.store import Store
 
@@ -52,13 +55,14 @@ class Model:
     variants: dict = field(default_factory=dict)  # variant name -> keyword arguments
     new_data: dict | None = None  # keyword arguments giving the same graph other data
     new_model: dict | None = None  # keyword arguments giving another graph of the same ops
+    edits: tuple = ()  # values of the function's ``edit`` argument: structural edits
 
 
 MODELS = {
     model.name: model
     for model in (
         Model("radon", "radon_model", variants=RADON_VARIANTS, new_data={"seed": 1},
-              new_model={"seed": 2, "groups": 50, "observations": 600}),
+              new_model={"seed": 2, "groups": 50, "observations": 600}, edits=RADON_EDITS),
         Model("ar1", "ar1_model", new_model={"seed": 1, "observations": 60}),
         Model("gp", "gp_model", new_model={"seed": 1, "points": 20}),
         Model("large", "large_model", new_model={"seed": 1}),
@@ -78,10 +82,12 @@ def full_plan(repeat: int) -> Plan:
 
 
 def smoke_plan() -> Plan:
-    """Radon with one variant, ours and the built-in NUMBA mode, once: a check that it all runs."""
+    """Radon with one variant and one edit, ours and the built-in NUMBA mode, once: a check
+    that it all runs."""
     radon = MODELS["radon"]
     first_variant = dict(list(radon.variants.items())[:1])
-    radon = Model(radon.name, radon.function, first_variant, radon.new_data, radon.new_model)
+    radon = Model(radon.name, radon.function, first_variant, radon.new_data, radon.new_model,
+                  radon.edits[:1])
     return Plan([radon], [MODES[OURS], MODES["NUMBA"]], 1)
 
 
@@ -166,6 +172,9 @@ class Sequence:
             raise ChildFailed(f"{self.model.name}: the timed pre-rewrite key is not in the store")
         self.results.outputs[self.model.name].setdefault(self.mode.name, warm["outputs"])
         self._add_disk("disk_base", workdir)
+        base = workdir.with_name(f"{workdir.name}-base")
+        if self.model.edits:
+            shutil.copytree(workdir, base, symlinks=True)
 
         if self.model.new_data is not None:
             new_data = self._step("new data", self.model.new_data, environment)
@@ -185,6 +194,16 @@ class Sequence:
             self._add("compiles_new_model", new_model["numba_compiles"])
         if self.mode.name == OURS:
             self._linked_build(environment, workdir / "store")
+        for name in self.model.edits:
+            # Caches hold paths into the work directory: restored in place, not copied elsewhere.
+            shutil.rmtree(workdir)
+            shutil.copytree(base, workdir, symlinks=True)
+            edited = self._step(f"edit {name}", {"edit": name}, environment)
+            self._add("edit", edited["compile_seconds"])
+            self._add(f"edit[{name}]", edited["compile_seconds"])
+            self._add("compiles_edit", edited["numba_compiles"])
+        if self.model.edits:
+            shutil.rmtree(base)
 
     def _linked_build(self, environment: dict, store: Path) -> None:
         linked = dict(environment, NBCACHE_LINK_BACKGROUND="1")

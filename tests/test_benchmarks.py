@@ -36,12 +36,13 @@ def test_smoke_run_writes_results_plot_and_samples(tmp_path):
         # The smoke run measures radon only.
         verdicts = ("met", "not met**") if target.model == "radon" else ("not measured",)
         assert row.rstrip(" |").endswith(verdicts), row
-    for figure in ("cold", "warm", "process", "variant", "new_data", "new_model", "call",
+    for figure in ("cold", "warm", "process", "variant", "new_data", "new_model", "edit", "call",
                    "call_trusted", "rewrite_key", "disk_bytes", "compiles_warm",
                    "compile_rss_cold", "compile_rss_total_cold"):
         assert any(line.startswith(f"| {FIGURE[figure].label} |") for line in target_rows), figure
     assert "| figure | NUMBA_CACHE | NUMBA |" in results
     assert "| `prior_scale=2.5` |" in results
+    assert "| `Laplace prior` |" in results
     assert "](results.png)" in results
 
     assert (output.parent / "results.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")

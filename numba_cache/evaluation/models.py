@@ -52,7 +52,8 @@ def radon_data(seed: int = 0, groups: int = RADON_GROUPS, observations: int = RA
 
 
 def radon_model(seed: int = 0, prior_scale: float = 5.0, extra_term: bool = False,
-                groups: int = RADON_GROUPS, observations: int = RADON_OBSERVATIONS) -> Model:
+                groups: int = RADON_GROUPS, observations: int = RADON_OBSERVATIONS,
+                edit: str | None = None) -> Model:
     """A radon-style hierarchical model: logp and its gradient w.r.t. all parameters.
 
     Varying intercepts per group (non-centred), a common floor slope, log-scale
@@ -61,8 +62,11 @@ def radon_model(seed: int = 0, prior_scale: float = 5.0, extra_term: bool = Fals
     `seed` changes the observed data, `prior_scale` a constant, `extra_term` adds
     a term: the knobs for "same model, new data" and "slight variant" graphs.
     `groups` and `observations` give a dataset of other sizes: another graph, of the
-    same ops.
+    same ops. `edit` names a change of the model's structure (:data:`RADON_EDITS`),
+    as a modeller makes between runs: new fused kernels.
     """
+    if edit not in (None, *RADON_EDITS):
+        raise ValueError(f"unknown radon edit {edit!r}; one of {sorted(RADON_EDITS)}")
     group, floor, log_radon = radon_data(seed, groups, observations)
     mu_a = pt.scalar("mu_a")
     log_sigma_a = pt.scalar("log_sigma_a")
@@ -70,26 +74,57 @@ def radon_model(seed: int = 0, prior_scale: float = 5.0, extra_term: bool = Fals
     b = pt.scalar("b")
     log_sigma_y = pt.scalar("log_sigma_y")
     parameters = [mu_a, log_sigma_a, a_offset, b, log_sigma_y]
+    point = [
+        np.asarray(1.0), np.asarray(-1.0), np.linspace(-1, 1, groups), np.asarray(-0.5),
+        np.asarray(-0.3),
+    ]
 
     sigma_a, sigma_y = pt.exp(log_sigma_a), pt.exp(log_sigma_y)
     a = mu_a + sigma_a * a_offset
-    mean = a[pt.as_tensor(group)] + b * pt.as_tensor(floor)
+    slope = b
+    terms = []
+    if edit == "group-level predictor":
+        uranium = pt.as_tensor(np.random.default_rng(seed + 1).normal(0.0, 0.5, groups))
+        gamma = pt.scalar("gamma")
+        parameters.append(gamma)
+        point.append(np.asarray(0.2))
+        a = a + gamma * uranium
+        terms.append(_normal_logp(gamma, 0.0, prior_scale))
+    if edit == "varying slopes":
+        b_offset = pt.vector("b_offset", shape=(groups,))
+        log_sigma_b = pt.scalar("log_sigma_b")
+        parameters += [b_offset, log_sigma_b]
+        point += [np.linspace(0.5, -0.5, groups), np.asarray(-1.5)]
+        sigma_b = pt.exp(log_sigma_b)
+        slope = (b + sigma_b * b_offset)[pt.as_tensor(group)]
+        terms += [_normal_logp(b_offset, 0.0, 1.0).sum(),
+                  _normal_logp(sigma_b, 0.0, 1.0) + log_sigma_b]
+    mean = a[pt.as_tensor(group)] + slope * pt.as_tensor(floor)
+    if edit == "Laplace prior":
+        slope_prior = -pt.abs(b) / prior_scale - np.log(2 * prior_scale)
+    else:
+        slope_prior = _normal_logp(b, 0.0, prior_scale)
     logp = (
         _normal_logp(mu_a, 0.0, prior_scale)
-        + _normal_logp(b, 0.0, prior_scale)
+        + slope_prior
         + _normal_logp(a_offset, 0.0, 1.0).sum()
         + _normal_logp(sigma_a, 0.0, 1.0) + log_sigma_a  # half-normal, log-transformed
         + _normal_logp(sigma_y, 0.0, 1.0) + log_sigma_y
         + _normal_logp(pt.as_tensor(log_radon), mean, sigma_y).sum()
     )
+    for term in terms:
+        logp = logp + term
+    if edit == "sum-to-zero penalty":
+        logp = logp - 0.5 * (a_offset.sum() / (0.01 * groups)) ** 2
     if extra_term:
         logp = logp - 0.01 * (b**2)
     gradient = pt.concatenate([g.ravel() for g in pt.grad(logp, parameters)])
-    point = [
-        np.asarray(1.0), np.asarray(-1.0), np.linspace(-1, 1, groups), np.asarray(-0.5),
-        np.asarray(-0.3),
-    ]
     return Model("radon", parameters, [logp, gradient], point)
+
+
+#: Changes of the radon model's structure, as a modeller edits a model between runs:
+#: another prior family, an added term, a new predictor, varying slopes.
+RADON_EDITS = ("Laplace prior", "sum-to-zero penalty", "group-level predictor", "varying slopes")
 
 
 #: Slight variants of the radon model, to compile once the base model is cached.
