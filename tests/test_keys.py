@@ -165,3 +165,29 @@ def test_op_key_ignores_static_lengths_other_than_one():
 def test_op_key_changes_with_what_kernel_code_depends_on(other):
     five = pt.TensorType("float64", shape=(5,))
     assert op_key(pt.exp, five) != op_key(pt.exp, other)
+
+
+def test_values_are_described_through_their_class_mro_abc_registrations_named():
+    """The description dispatch walks a class's MRO (no ABC subclass walks): a mapping is
+    described alike whatever its class, a subclass takes its base's handler, and a handler
+    registered later is used from then on."""
+    import types
+    from collections import OrderedDict
+
+    from numba_cache.keys.canonical import ByClass, canonical
+
+    plain = {"b": 1, "a": (2.0, None)}
+    assert canonical(types.MappingProxyType(plain)) == canonical(plain)
+    assert canonical(OrderedDict(reversed(list(plain.items())))) == canonical(plain)
+    assert canonical(np.float64(1.5))[0] == "scalar"  # np.generic before float in its MRO
+
+    class Base:
+        pass
+
+    class Derived(Base):
+        pass
+
+    describe = ByClass(lambda value: "default")
+    assert describe(Derived()) == "default"
+    describe.register(Base)(lambda value: "base")
+    assert describe(Derived()) == "base" and describe(3) == "default"

@@ -14,12 +14,12 @@ can only cause misses (pickles of equal objects may differ), never false hits.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import pickle
 import types
-from collections.abc import Mapping
-from functools import singledispatch
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -38,7 +38,43 @@ def qualified_name(obj) -> str:
     return f"{obj.__module__}.{obj.__qualname__}"
 
 
-@singledispatch
+class ByClass:
+    """A function dispatched on its argument's class, as ``functools.singledispatch`` is,
+    through the class's MRO alone.
+
+    singledispatch resolves each class it has not seen against every registered class
+    with ``issubclass``. PyTensor's classes are ABCs, whose check walks every subclass:
+    about 2 ms a class, 60 to 90 ms of the GP model's warm compile. Here a class resolves
+    to the handler of the first class of its MRO that has one; a class registered with
+    an ABC virtually (``dict`` with ``Mapping``) is registered itself.
+    """
+
+    def __init__(self, default: Callable):
+        self._handlers: dict[type, Callable] = {object: default}
+        self._resolved: dict[type, Callable] = {}
+        functools.update_wrapper(self, default)
+
+    def register(self, cls: type) -> Callable[[Callable], Callable]:
+        """Decorator: the decorated function describes instances of `cls`."""
+        def add(handler: Callable) -> Callable:
+            self._handlers[cls] = handler
+            self._resolved.clear()
+            return handler
+        return add
+
+    def dispatch(self, cls: type) -> Callable:
+        """The handler of instances of `cls`."""
+        handler = self._resolved.get(cls)
+        if handler is None:
+            handler = next(self._handlers[each] for each in cls.__mro__ if each in self._handlers)
+            self._resolved[cls] = handler
+        return handler
+
+    def __call__(self, value):
+        return self.dispatch(type(value))(value)
+
+
+@ByClass
 def canonical(value):
     """Describe `value` by content as JSON data (see the module docstring)."""
     if hasattr(value, "__props__"):
@@ -103,6 +139,8 @@ def _(value):
 
 
 @canonical.register(Mapping)
+@canonical.register(dict)
+@canonical.register(types.MappingProxyType)
 def _(value):
     items = sorted(([canonical(k), canonical(v)] for k, v in value.items()), key=digest)
     return ["dict", items]
