@@ -10,7 +10,8 @@ inherits a copy of its parent's, as it would inherit globals (its counters start
 the parent's, the kernels the parent loaded are loaded in it too). Module-level state
 outside it is only what :mod:`tests.test_session` allows, each for a reason it gives.
 
-This module imports only the standard library: every module of the package may import it.
+This module imports only a few modules of the standard library: every module of the
+package may import it, and importing numba_cache, which imports it, stays cheap.
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ import contextvars
 import threading
 import weakref
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 
 class RecentlyUsed:
@@ -30,10 +28,10 @@ class RecentlyUsed:
 
     def __init__(self, size: int):
         self._size = size
-        self._values: OrderedDict = OrderedDict()
+        self._values = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: Hashable, make: Callable[[], object]):
+    def get(self, key, make):
         """The value kept for `key`, else ``make()``, kept."""
         with self._lock:
             if key in self._values:
@@ -64,108 +62,106 @@ class ThisThread(threading.local):
     imports_executing = 0
 
 
-@dataclass(eq=False)
 class Session:
     """The state of one process, grouped by concern."""
 
-    # -- The cache as this process configured it --
-    #: settings: the settings made from Python (``configure``, or adopted by a helper), by name.
-    settings_overrides: dict = field(default_factory=dict)
-    #: kernels/context: ``CacheContext`` by (settings, environment fingerprint digest).
-    contexts: RecentlyUsed = field(default_factory=lambda: RecentlyUsed(16))
-    #: kernels/context: the opened store by settings.
-    stores: RecentlyUsed = field(default_factory=lambda: RecentlyUsed(8))
-    #: cpu_target: the CPU target kernels are compiled for, once decided (numba makes its
-    #: code generator once per process).
-    cpu_target: str | None = None
-    #: logs: the handler printing numba_cache's records on stderr, once one was asked for.
-    stderr_handler: object | None = None
+    def __init__(self):
+        # -- The cache as this process configured it --
+        #: settings: the settings made from Python (``configure``, or adopted by a helper), by name.
+        self.settings_overrides = {}
+        #: kernels/context: ``CacheContext`` by (settings, environment fingerprint digest).
+        self.contexts = RecentlyUsed(16)
+        #: kernels/context: the opened store by settings.
+        self.stores = RecentlyUsed(8)
+        #: cpu_target: the CPU target kernels are compiled for, once decided (numba makes its
+        #: code generator once per process).
+        self.cpu_target = None
+        #: logs: the handler printing numba_cache's records on stderr, once one was asked for.
+        self.stderr_handler = None  # a logging.Handler
 
-    # -- What happened: counters, notices, observers --
-    #: kernels/outcomes/report: counters of this process (``session_stats``).
-    counters: Counter = field(default_factory=Counter)
-    #: kernels/outcomes/report: whether lookups are also counted in the store (not in a
-    #: helper: the process it helps counts what it compiles).
-    counts_in_store: bool = True
-    #: kernels/outcomes/report: (op or kernel kind, reason) of uncacheable kernels logged.
-    logged_uncacheable: set = field(default_factory=set)
-    #: kernels/outcomes/report: callbacks given each lookup (``observe_lookups``).
-    lookup_observers: list = field(default_factory=list)
-    #: kernels/outcomes/collisions: hits sampled for verification.
-    hits_sampled: int = 0
-    #: kernels/outcomes/collisions: the collisions found (``numba-cache warm`` reports them).
-    collisions: list = field(default_factory=list)
-    #: kernels/outcomes/replaced_numba: the jit entry points last probed, and their verdict.
-    numba_entry_points_probed: tuple = (None, None)
-    #: store/notices: topics of the store's warnings given (each once per process).
-    warnings_given: set = field(default_factory=set)
+        # -- What happened: counters, notices, observers --
+        #: kernels/outcomes/report: counters of this process (``session_stats``).
+        self.counters = Counter()
+        #: kernels/outcomes/report: whether lookups are also counted in the store (not in a
+        #: helper: the process it helps counts what it compiles).
+        self.counts_in_store = True
+        #: kernels/outcomes/report: (op or kernel kind, reason) of uncacheable kernels logged.
+        self.logged_uncacheable = set()
+        #: kernels/outcomes/report: callbacks given each lookup (``observe_lookups``).
+        self.lookup_observers = []
+        #: kernels/outcomes/collisions: hits sampled for verification.
+        self.hits_sampled = 0
+        #: kernels/outcomes/collisions: the collisions found (``numba-cache warm`` reports them).
+        self.collisions = []
+        #: kernels/outcomes/replaced_numba: the jit entry points last probed, and their verdict.
+        self.numba_entry_points_probed = (None, None)
+        #: store/notices: topics of the store's warnings given (each once per process).
+        self.warnings_given = set()
 
-    # -- Code loaded in this process --
-    #: kernels/assembly/op_links: op kernels by (key digest, numba signature), compiled or
-    #: loaded, so that none is loaded twice (its symbols would be defined twice).
-    op_kernels: dict = field(default_factory=dict)
-    #: kernels/assembly/op_links: the addresses of `op_kernels` loaded from the store.
-    op_kernels_from_store: set = field(default_factory=set)
-    #: kernels/assembly/op_links: guards `op_kernels` and `op_kernels_from_store`.
-    op_kernels_lock: threading.Lock = field(default_factory=threading.Lock)
-    #: kernels/runtime/blocks: uuids of the object-mode blocks stored kernels hold.
-    blocks_of_stored_kernels: set = field(default_factory=set)
-    #: kernels/runtime/blocks: (block, signature) of the blocks this process stored.
-    blocks_stored_here: set = field(default_factory=set)
-    #: kernels/callbacks/hidden_symbols: the buffer registered under each LLVM symbol
-    #: (kept for the process's life: a symbol never dangles).
-    hidden_buffers: dict = field(default_factory=dict)
-    #: kernels/callbacks/entry_point: the entry points made in this process.
-    entry_points: weakref.WeakSet = field(default_factory=weakref.WeakSet)
-    #: kernels/assembly/conversion: PyTensor's generated source, for a store not writable
-    #: (made at first use, removed at exit).
-    private_source_dir: Path | None = None
+        # -- Code loaded in this process --
+        #: kernels/assembly/op_links: op kernels by (key digest, numba signature), compiled or
+        #: loaded, so that none is loaded twice (its symbols would be defined twice).
+        self.op_kernels = {}
+        #: kernels/assembly/op_links: the addresses of `op_kernels` loaded from the store.
+        self.op_kernels_from_store = set()
+        #: kernels/assembly/op_links: guards `op_kernels` and `op_kernels_from_store`.
+        self.op_kernels_lock = threading.Lock()
+        #: kernels/runtime/blocks: uuids of the object-mode blocks stored kernels hold.
+        self.blocks_of_stored_kernels = set()
+        #: kernels/runtime/blocks: (block, signature) of the blocks this process stored.
+        self.blocks_stored_here = set()
+        #: kernels/callbacks/hidden_symbols: the buffer registered under each LLVM symbol
+        #: (kept for the process's life: a symbol never dangles).
+        self.hidden_buffers = {}
+        #: kernels/callbacks/entry_point: the entry points made in this process.
+        self.entry_points = weakref.WeakSet()
+        #: kernels/assembly/conversion: PyTensor's generated source, for a store not writable
+        #: (made at first use, removed at exit).
+        self.private_source_dir = None  # a pathlib.Path
 
-    # -- Helper processes: this process's, or this process as one --
-    #: kernels/helpers/compile_ahead: this process helps another (it starts no helper).
-    is_helper: bool = False
-    #: kernels/helpers/compile_ahead: in a helper, the pipe telling what it stores.
-    announce: int | None = None
-    #: kernels/helpers/compile_ahead: the helper of the graph being typed, if any.
-    compile_ahead_running: list = field(default_factory=list)
-    #: kernels/helpers/compile_ahead: (key digest, signature text) of the op kernels the
-    #: helper of this typing stored, and those of them the typing loaded.
-    announced_op_kernels: set = field(default_factory=set)
-    loaded_op_kernels: set = field(default_factory=set)
-    #: kernels/helpers/compile_ahead: (key digest, signature text) of object-mode blocks
-    #: helpers stored, until the first call of their graph loads them.
-    blocks_ahead: set = field(default_factory=set)
-    #: kernels/helpers/linked_build: the linking helper, by process id (a forked child
-    #: starts its own).
-    linking_helpers: dict = field(default_factory=dict)
-    #: kernels/helpers/linked_build: (linked key digest, signature) asked for.
-    linked_builds_requested: set = field(default_factory=set)
+        # -- Helper processes: this process's, or this process as one --
+        #: kernels/helpers/compile_ahead: this process helps another (it starts no helper).
+        self.is_helper = False
+        #: kernels/helpers/compile_ahead: in a helper, the pipe telling what it stores.
+        self.announce = None
+        #: kernels/helpers/compile_ahead: the helper of the graph being typed, if any.
+        self.compile_ahead_running = []
+        #: kernels/helpers/compile_ahead: (key digest, signature text) of the op kernels the
+        #: helper of this typing stored, and those of them the typing loaded.
+        self.announced_op_kernels = set()
+        self.loaded_op_kernels = set()
+        #: kernels/helpers/compile_ahead: (key digest, signature text) of object-mode blocks
+        #: helpers stored, until the first call of their graph loads them.
+        self.blocks_ahead = set()
+        #: kernels/helpers/linked_build: the linking helper, by process id (a forked child
+        #: starts its own).
+        self.linking_helpers = {}
+        #: kernels/helpers/linked_build: (linked key digest, signature) asked for.
+        self.linked_builds_requested = set()
 
-    # -- PyTensor, and what numba_cache changed of it --
-    #: integration/activation: what ``activate`` replaced, to be put back (None: inactive).
-    activation_originals: list | None = None
-    #: integration/when_pytensor: functions waiting for PyTensor's import.
-    waiting_for_pytensor: list = field(default_factory=list)
-    #: integration/linker: callbacks given each graph kernel a linker builds.
-    graph_kernel_observers: list = field(default_factory=list)
-    #: rewritten/rewrite_cache -> integration/linker: the ``KnownGraphKernel`` of a
-    #: FunctionGraph whose rewrite was cached, for its linker.
-    known_graph_kernels: weakref.WeakKeyDictionary = field(
-        default_factory=weakref.WeakKeyDictionary)
-    #: _compat/tensor_constant_data: watches of ``TensorConstant.data`` begun, not ended.
-    tensor_constant_watches: int = 0
-    #: _compat/tensor_constant_data: guards `tensor_constant_watches`.
-    tensor_constant_lock: threading.Lock = field(default_factory=threading.Lock)
-    #: rewritten/data_reads: the ``DataReads`` recording the current rewrite's reads.
-    data_reads_watching: contextvars.ContextVar = field(
-        default_factory=lambda: contextvars.ContextVar("numba_cache_data_reads", default=None))
+        # -- PyTensor, and what numba_cache changed of it --
+        #: integration/activation: what ``activate`` replaced, to be put back (None: inactive).
+        self.activation_originals = None
+        #: integration/when_pytensor: functions waiting for PyTensor's import.
+        self.waiting_for_pytensor = []
+        #: integration/linker: callbacks given each graph kernel a linker builds.
+        self.graph_kernel_observers = []
+        #: rewritten/rewrite_cache -> integration/linker: the ``KnownGraphKernel`` of a
+        #: FunctionGraph whose rewrite was cached, for its linker.
+        self.known_graph_kernels = weakref.WeakKeyDictionary()
+        #: _compat/tensor_constant_data: watches of ``TensorConstant.data`` begun, not ended.
+        self.tensor_constant_watches = 0
+        #: _compat/tensor_constant_data: guards `tensor_constant_watches`.
+        self.tensor_constant_lock = threading.Lock()
+        #: rewritten/data_reads: the ``DataReads`` recording the current rewrite's reads.
+        self.data_reads_watching = contextvars.ContextVar("numba_cache_data_reads", default=None)
 
-    # -- The store's files --
-    #: store/index: SQLite connections a forked child inherited, kept unused until it exits.
-    inherited_connections: list = field(default_factory=list)
+        # -- The store's files --
+        #: store/index: SQLite connections a forked child inherited, kept unused until it exits.
+        self.inherited_connections = []
 
-    #: State of each thread.
-    this_thread: ThisThread = field(default_factory=ThisThread)
+        # -- Each thread's own --
+        self.this_thread = ThisThread()
 
     def become_helper(self, announce: int | None = None) -> None:
         """This process helps another (:mod:`numba_cache.kernels.helpers`): it starts no
