@@ -166,7 +166,9 @@ class Session:
     def become_helper(self, announce: int | None = None) -> None:
         """This process helps another (:mod:`numba_cache.kernels.helpers`): it starts no
         helper, counts nothing in the store (the process it helps counts its work), and
-        tells through the pipe `announce`, if given, what it stores."""
+        tells through the pipe `announce`, if given, what it stores. The settings and
+        PyTensor flags it compiles with are the helped process's
+        (:func:`numba_cache.kernels.context.helper_state`, ``adopt_state``)."""
         self.is_helper = True
         self.counts_in_store = False
         self.announce = announce
