@@ -22,6 +22,7 @@ import os
 import warnings
 from dataclasses import dataclass
 
+from numba_cache import session
 from numba_cache._compat import numba_internals
 
 HOST = "host"
@@ -62,16 +63,13 @@ class TargetWarning(UserWarning):
     """The portable target cannot be used in this process; it compiles for its host."""
 
 
-#: The target of this process, once :func:`apply` decided it.
-_applied: list[str] = []
-
-
 def apply(target: str) -> None:
     """Compile this process's kernels for `target` from now on, once per process: the
     first call decides (numba's code generator is made once), later ones do nothing."""
-    if _applied:
+    state = session.current()
+    if state.cpu_target is not None:
         return
-    _applied.append(target)
+    state.cpu_target = target
     if target == HOST:
         return
     problem = _why_not(target)

@@ -14,15 +14,14 @@ from __future__ import annotations
 import logging
 import os
 
+from numba_cache import session
+
 logger = logging.getLogger("numba_cache")
 
 #: The environment variable holding the level name.
 ENVIRONMENT = "NBCACHE_LOG"
 #: Level names accepted by NBCACHE_LOG and :func:`set_level`.
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
-
-_stderr_handler: logging.Handler | None = None
-
 
 def set_level(name: str) -> None:
     """Print numba_cache's log records of level `name` and above on stderr.
@@ -32,11 +31,11 @@ def set_level(name: str) -> None:
     level = LEVELS.get(name.strip().lower())
     if level is None:
         raise ValueError(f"unknown log level {name!r}; use one of {', '.join(LEVELS)}")
-    global _stderr_handler
-    if _stderr_handler is None:
-        _stderr_handler = logging.StreamHandler()
-        _stderr_handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
-        logger.addHandler(_stderr_handler)
+    state = session.current()
+    if state.stderr_handler is None:
+        state.stderr_handler = logging.StreamHandler()
+        state.stderr_handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
+        logger.addHandler(state.stderr_handler)
         # Printed here once; the root logger's handlers would print it a second time.
         logger.propagate = False
     logger.setLevel(level)

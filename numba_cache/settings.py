@@ -25,7 +25,7 @@ from pathlib import Path
 
 import platformdirs
 
-from numba_cache import cpu_target
+from numba_cache import cpu_target, session
 
 APP_NAME = "numba_cache"
 
@@ -312,14 +312,12 @@ def markdown_table(group: str) -> str:
     return "\n".join(rows)
 
 
-_overrides: dict = {}
-
-
 def configure(**overrides) -> Settings:
     """Set settings from Python; they take precedence over the environment.
 
     Pass ``None`` for a setting to drop its override. Returns the new settings.
     """
+    made = session.current().settings_overrides
     for name, value in overrides.items():
         setting = BY_NAME.get(name)
         if setting is None:
@@ -328,28 +326,30 @@ def configure(**overrides) -> Settings:
             )
         default = setting.default_value()
         if value is None:
-            _overrides.pop(name, None)
+            made.pop(name, None)
         elif isinstance(value, (str, Path)) or default is None:
             # Settings without a typed default (root, remote URL, secret) are text or paths.
-            _overrides[name] = setting.parse(str(value), name)
+            made[name] = setting.parse(str(value), name)
         else:
-            _overrides[name] = type(default)(value)
+            made[name] = type(default)(value)
     return current()
 
 
 def adopt(settings: Settings) -> None:
     """Use exactly `settings` in this process, as if each were configured from Python (a
     helper spawned for a process that has them, :mod:`numba_cache.kernels.helpers.spawned_helper`)."""
-    _overrides.update((setting.name, getattr(settings, setting.name)) for setting in SETTINGS)
+    session.current().settings_overrides.update(
+        (setting.name, getattr(settings, setting.name)) for setting in SETTINGS)
 
 
 def current() -> Settings:
     """The settings in force now (Python overrides, then environment, then defaults)."""
+    overrides = session.current().settings_overrides
     values, sources = {}, {}
     for setting in SETTINGS:
         name, variable = setting.name, setting.variable
-        if name in _overrides:
-            values[name], sources[name] = _overrides[name], "python"
+        if name in overrides:
+            values[name], sources[name] = overrides[name], "python"
         elif os.environ.get(variable, "").strip():
             values[name] = setting.parse(os.environ[variable], variable)
             sources[name] = f"env {variable}"

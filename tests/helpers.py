@@ -39,12 +39,12 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path = TESTS, stdin=None,
 def cli_here(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``numba-cache ARGS`` through ``numba_cache.cli.main`` in this process, for tests that
     need no fresh interpreter; as :func:`run_cli` returns it, environment `env` added."""
-    from numba_cache import cli
-    from numba_cache.store import notices
+    from numba_cache import cli, session
 
     stdout, stderr = io.StringIO(), io.StringIO()
-    given, saved = set(notices._given), dict(os.environ)
-    notices._given.clear()  # once-per-process warnings: this is a process of its own
+    warnings_given = session.current().warnings_given
+    given, saved = set(warnings_given), dict(os.environ)
+    warnings_given.clear()  # once-per-process warnings: this is a process of its own
     os.environ.update(env or {})
     try:
         with (contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr),
@@ -56,8 +56,8 @@ def cli_here(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
     finally:
         os.environ.clear()
         os.environ.update(saved)
-        notices._given.clear()
-        notices._given.update(given)
+        warnings_given.clear()
+        warnings_given.update(given)
     return subprocess.CompletedProcess(["numba-cache", *args], status, stdout.getvalue(),
                                        stderr.getvalue())
 

@@ -14,8 +14,7 @@ import pytest
 from helpers import run_cli, run_python
 
 import numba_cache
-from numba_cache import settings
-from numba_cache.kernels.outcomes import collisions
+from numba_cache import session, settings
 from numba_cache.kernels.outcomes.collisions import ir_digest, normalized_ir
 from numba_cache.kernels.context import current_context
 from numba_cache.store import StoreWarning
@@ -93,7 +92,7 @@ def test_verified_hits_of_sound_entries_pass():
 def test_the_limit_caps_the_hits_verified_per_process(monkeypatch):
     compile_and_call(pt.exp)  # stores two graph kernels: two hits next time
     compile_and_call(pt.log)
-    monkeypatch.setattr(collisions, "_sampled", 0)
+    monkeypatch.setattr(session.current(), "hits_sampled", 0)
     settings.configure(verify_hits=1, verify_hits_limit=1)
     numba_cache.reset_session_stats()
     compile_and_call(pt.exp)
@@ -172,7 +171,7 @@ OP_PLANT = """
 import json, warnings
 import numpy as np, pytensor, pytensor.tensor as pt
 import numba_cache
-from numba_cache import settings
+from numba_cache import session, settings
 x = pt.vector("x")
 if {verify}:
     settings.configure(verify_hits=1)

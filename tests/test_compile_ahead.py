@@ -26,12 +26,12 @@ import gc, json, os, threading, warnings
 import numpy as np
 import pytensor, pytensor.tensor as pt
 import numba_cache
-from numba_cache.kernels import compile_ahead
+from numba_cache import session
 
 thresholds = gc.get_threshold()
 full_collections_beside_helper = []
 def count_full_collections(phase, info):
-    if phase == "start" and info["generation"] == 2 and compile_ahead._active:
+    if phase == "start" and info["generation"] == 2 and session.current().compile_ahead_running:
         full_collections_beside_helper.append(info)
 gc.callbacks.append(count_full_collections)
 

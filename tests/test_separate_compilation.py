@@ -25,12 +25,12 @@ import numpy as np
 import pytensor, pytensor.tensor as pt
 import numba_cache
 from numba_cache.evaluation.compile_events import count_numba_compiles
-from numba_cache.integration.linker import graph_kernel_observers
-from numba_cache.kernels import glue
+from numba_cache.integration.linker import observe_graph_kernels
+from numba_cache.kernels.assembly import glue
 {prelude}
 
 graph_kernels = []
-graph_kernel_observers.append(lambda fgraph, kernel, storage: graph_kernels.append(kernel))
+observe_graph_kernels(lambda fgraph, kernel, storage: graph_kernels.append(kernel))
 
 x = pt.vector("x", shape=(5,))
 m = pt.matrix("m", shape=(3, 5))

@@ -7,7 +7,8 @@ Each is checked by a seam of :mod:`.numba_seams`.
 from __future__ import annotations
 
 import contextlib
-import threading
+
+from numba_cache import session
 
 
 #: The prefix of the LLVM globals that hold a function's environment pointer.
@@ -207,14 +208,6 @@ def call_reusing_slots(context, builder, callee, return_type, argument_types, ar
     return status, value
 
 
-class _Refreshing(threading.local):
-    lean = False
-    failures = 0
-
-
-_refreshing = _Refreshing()
-
-
 @contextlib.contextmanager
 def lean_refresh(install):
     """Within (in this thread), refreshing numba's contexts installs only what
@@ -236,21 +229,22 @@ def lean_refresh(install):
         typing_refresh, target_refresh = typing.BaseContext.refresh, base.BaseContext.refresh
 
         def refresh_typing(self):
-            if not _refreshing.lean:
+            if not session.current().this_thread.lean_refresh:
                 typing_refresh(self)
 
         def refresh_target(self):
-            if _refreshing.lean:
+            if session.current().this_thread.lean_refresh:
                 install(self)
             else:
                 target_refresh(self)
 
         typing.BaseContext.refresh, base.BaseContext.refresh = refresh_typing, refresh_target
-        was_lean, _refreshing.lean = _refreshing.lean, True
+        this_thread = session.current().this_thread
+        was_lean, this_thread.lean_refresh = this_thread.lean_refresh, True
         try:
             yield
         finally:
-            _refreshing.lean = was_lean
+            this_thread.lean_refresh = was_lean
             typing.BaseContext.refresh, base.BaseContext.refresh = typing_refresh, target_refresh
 
 
@@ -258,20 +252,21 @@ def lean_refresh(install):
 def full_refresh():
     """numba's own refresh within, inside :func:`lean_refresh` (a nested compile).
     An exception leaving it is counted in :func:`full_refresh_failures`."""
-    was_lean, _refreshing.lean = _refreshing.lean, False
+    this_thread = session.current().this_thread
+    was_lean, this_thread.lean_refresh = this_thread.lean_refresh, False
     try:
         yield
     except BaseException:
-        _refreshing.failures += 1
+        this_thread.refresh_failures += 1
         raise
     finally:
-        _refreshing.lean = was_lean
+        this_thread.lean_refresh = was_lean
 
 
 def full_refresh_failures() -> int:
     """How many compiles failed in this thread with numba's full refresh in place:
     those did not fail for want of registries."""
-    return _refreshing.failures
+    return session.current().this_thread.refresh_failures
 
 
 def declare_globals(typing_context, values) -> None:

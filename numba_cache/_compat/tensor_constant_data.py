@@ -14,14 +14,11 @@ rewrite PyTensor runs exactly as without numba_cache.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from numba_cache import session
 from numba_cache._compat import require, seam
-
-_lock = threading.Lock()
-_watches = 0
 
 
 @contextmanager
@@ -29,18 +26,18 @@ def reads_seen_by(getter: Callable) -> Iterator[None]:
     """Route reads of ``TensorConstant.data`` through ``getter(constant, value)`` meanwhile."""
     from pytensor.tensor.variable import TensorConstant
 
-    global _watches
-    with _lock:
-        if _watches == 0:
+    state = session.current()
+    with state.tensor_constant_lock:
+        if state.tensor_constant_watches == 0:
             TensorConstant.data = property(lambda constant: getter(constant, _value(constant)),
                                            _set_value)
-        _watches += 1
+        state.tensor_constant_watches += 1
     try:
         yield
     finally:
-        with _lock:
-            _watches -= 1
-            if _watches == 0:
+        with state.tensor_constant_lock:
+            state.tensor_constant_watches -= 1
+            if state.tensor_constant_watches == 0:
                 del TensorConstant.data
 
 

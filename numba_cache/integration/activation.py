@@ -32,7 +32,7 @@ import warnings
 
 from pytensor.compile import mode as mode_module
 
-from numba_cache import cpu_target, settings
+from numba_cache import cpu_target, session, settings
 from numba_cache.integration.linker import numba_cache_mode
 
 #: The names activation replaces: (mapping or module, name), in this order.
@@ -42,11 +42,10 @@ _SEAMS = (
     (mode_module.fast_run_linkers_to_mode, "numba"),
     (vars(mode_module), "NUMBA"),
 )
-_originals: list | None = None
 
 
 def is_active() -> bool:
-    return _originals is not None
+    return session.current().activation_originals is not None
 
 
 def activate_if_asked() -> None:
@@ -66,15 +65,15 @@ def activate_if_asked() -> None:
 
 def activate() -> None:
     """Route PyTensor's numba linker and modes through numba_cache (idempotent)."""
-    global _originals
-    if _originals is not None:
+    state = session.current()
+    if state.activation_originals is not None:
         return
     with contextlib.suppress(settings.SettingsError):  # reported where the fingerprint reads it
         # As early as can be: numba fixes its CPU when it first compiles, anyone's code.
         cpu_target.apply(settings.read("target"))
     mode = numba_cache_mode()
     replacements = (mode.linker, mode, mode, mode)
-    _originals = [namespace[name] for namespace, name in _SEAMS]
+    state.activation_originals = [namespace[name] for namespace, name in _SEAMS]
     for (namespace, name), replacement in zip(_SEAMS, replacements, strict=True):
         namespace[name] = replacement
     mode_module._CACHED_RUNTIME_MODES.clear()
@@ -82,10 +81,10 @@ def activate() -> None:
 
 def deactivate() -> None:
     """Give PyTensor back the linker and modes :func:`activate` replaced (idempotent)."""
-    global _originals
-    if _originals is None:
+    state = session.current()
+    if state.activation_originals is None:
         return
-    for (namespace, name), original in zip(_SEAMS, _originals, strict=True):
+    for (namespace, name), original in zip(_SEAMS, state.activation_originals, strict=True):
         namespace[name] = original
-    _originals = None
+    state.activation_originals = None
     mode_module._CACHED_RUNTIME_MODES.clear()

@@ -29,6 +29,7 @@ from pytensor.graph.rewriting.db import RewriteDatabaseQuery
 from pytensor.link.numba.linker import NumbaLinker
 from pytensor.link.utils import raise_with_op
 
+from numba_cache import session
 from numba_cache._compat import numba_unique_ids
 from numba_cache.codegen.thunk import direct_thunk
 from numba_cache.integration import nutpie
@@ -40,9 +41,13 @@ from numba_cache.kernels.callbacks.entry_point import entry_point
 MODE_NAME = "NUMBA_CACHE"
 LINKER_NAME = "numba_cache"
 
-#: Called with ``(fgraph, kernel, storage_map)`` for every graph kernel a linker builds:
-#: ``numba-cache warm`` compiles the kernels of functions that were built but never called.
-graph_kernel_observers: list[Callable] = []
+
+
+def observe_graph_kernels(observer: Callable) -> None:
+    """Call ``observer(fgraph, kernel, storage_map)`` for every graph kernel a linker builds
+    from now on: ``numba-cache warm`` compiles the kernels of functions that were built but
+    never called."""
+    session.current().graph_kernel_observers.append(observer)
 
 
 class NumbaCacheLinker(NumbaLinker):
@@ -58,14 +63,15 @@ class NumbaCacheLinker(NumbaLinker):
     def fgraph_convert(self, fgraph, storage_map=None, **kwargs):
         if self._numba_replaced:
             return super().fgraph_convert(fgraph, storage_map=storage_map, **kwargs)
-        from numba_cache.rewritten.rewrite_cache import GRAPH_KEY_ATTRIBUTE
         from numba_cache.kernels.context import current_context
         from numba_cache.kernels.assembly.graph_kernel import graph_kernel
 
-        known = getattr(fgraph, GRAPH_KEY_ATTRIBUTE, None)
+        state = session.current()
+        # The rewrite cache's, if it restored or stored this graph (:mod:`.rewrite_cache`).
+        known = state.known_graph_kernels.get(fgraph)
         kernel = graph_kernel(fgraph, current_context(), storage_map, known=known)
         self._hidden_values = kernel.hidden_values
-        for observer in graph_kernel_observers:
+        for observer in state.graph_kernel_observers:
             observer(fgraph, kernel, storage_map or {})
         return kernel
 

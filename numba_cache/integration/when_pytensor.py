@@ -12,18 +12,17 @@ that moment would import the half-made module again and fail. A meta path
 finder, present only while functions wait, wraps the loading of ``pytensor``
 and of numba_cache's modules to know when that moment comes.
 
-It imports nothing but the standard library: importing it must stay cheap.
+It imports nothing but the standard library and :mod:`numba_cache.session` (which
+imports nothing else): importing it must stay cheap.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 import warnings
 from collections.abc import Callable
 
-_waiting: list[Callable[[], None]] = []
-_loading = threading.local()  # .depth: modules this finder is executing in this thread
+from numba_cache import session
 
 
 def when_pytensor_is_imported(function: Callable[[], None]) -> None:
@@ -34,7 +33,7 @@ def when_pytensor_is_imported(function: Callable[[], None]) -> None:
     if "pytensor" in sys.modules:
         _call(function)
         return
-    _waiting.append(function)
+    session.current().waiting_for_pytensor.append(function)
     if not any(isinstance(finder, _WaitForPyTensor) for finder in sys.meta_path):
         sys.meta_path.insert(0, _WaitForPyTensor())
 
@@ -85,16 +84,18 @@ class _CallWhenDone:
         return getattr(self._loader, name)
 
     def exec_module(self, module):
-        _loading.depth = getattr(_loading, "depth", 0) + 1
+        this_thread = session.current().this_thread
+        this_thread.imports_executing += 1
         try:
             self._loader.exec_module(module)
         finally:
-            _loading.depth -= 1
-        if _loading.depth == 0 and "pytensor" in sys.modules:
+            this_thread.imports_executing -= 1
+        if this_thread.imports_executing == 0 and "pytensor" in sys.modules:
             _stop_waiting()
 
 
 def _stop_waiting() -> None:
     sys.meta_path[:] = [finder for finder in sys.meta_path if not isinstance(finder, _WaitForPyTensor)]
-    while _waiting:
-        _call(_waiting.pop(0))
+    waiting = session.current().waiting_for_pytensor
+    while waiting:
+        _call(waiting.pop(0))

@@ -1,12 +1,14 @@
-"""Per-process state of the cache: settings, store, fingerprint, self-test verdict."""
+"""The cache as a compile consults it: settings, store, fingerprint, self-test verdict.
+
+The contexts and stores made are kept in the session (:mod:`numba_cache.session`).
+"""
 
 from __future__ import annotations
 
-import functools
 import warnings
 from dataclasses import dataclass, field, replace
 
-from numba_cache import _compat
+from numba_cache import _compat, session
 from numba_cache import settings as settings_module
 from numba_cache.kernels import probes
 from numba_cache.kernels.outcomes import replaced_numba
@@ -43,7 +45,8 @@ def current_context() -> CacheContext:
     fingerprint = current_fingerprint()
     if replaced_numba.replaced() is not None:
         return CacheContext(settings, NullStore(settings), fingerprint, enabled=False)
-    return _context(settings, fingerprint.digest, fingerprint)
+    return session.current().contexts.get((settings, fingerprint.digest),
+                                          lambda: _context(settings, fingerprint))
 
 
 def helper_state(settings: settings_module.Settings) -> dict:
@@ -65,17 +68,12 @@ def adopt_state(state: dict, **overrides) -> CacheContext:
     return current_context()
 
 
-@functools.lru_cache(maxsize=16)
-def _context(settings, fingerprint_digest, fingerprint) -> CacheContext:
-    context = CacheContext(settings, _store(settings), fingerprint, enabled=False)
+def _context(settings, fingerprint) -> CacheContext:
+    store = session.current().stores.get(settings, lambda: open_store(settings))
+    context = CacheContext(settings, store, fingerprint, enabled=False)
     if settings.disabled or not _self_test_passed(context):
         return context
     return replace(context, enabled=True)
-
-
-@functools.lru_cache(maxsize=8)
-def _store(settings) -> Store | NullStore:
-    return open_store(settings)
 
 
 def _self_test_passed(context: CacheContext) -> bool:

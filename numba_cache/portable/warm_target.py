@@ -68,7 +68,7 @@ def main(target: str, verify: int | None = None) -> int:
         settings.configure(verify_hits=1, verify_hits_limit=verify)
     built: list[tuple[str | None, object, object, dict]] = []
     naming: list[str | None] = [None]
-    linker.graph_kernel_observers.append(
+    linker.observe_graph_kernels(
         lambda fgraph, kernel, storage_map: built.append((naming[0], fgraph, kernel, storage_map))
     )
 
@@ -131,7 +131,7 @@ def _verification(stats) -> dict:
         "collisions": [
             {"key": found.key.digest, "summary": found.key.summary,
              "made_under": found.made_under.digest, "made_under_summary": found.made_under.summary}
-            for found in collisions.found
+            for found in collisions.found()
         ],
     }
 

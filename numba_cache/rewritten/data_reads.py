@@ -25,12 +25,12 @@ watched.
 
 from __future__ import annotations
 
-import contextvars
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from numba_cache import session
 from numba_cache._compat import tensor_constant_data
 from numba_cache._compat.pytensor_internals import CONSTANT_FOLDING
 from numba_cache.keys.constants import HIDDEN_MIN_SIZE, hidden_constants
@@ -356,10 +356,6 @@ def _raw(constant):
     return constant.__dict__["data"]
 
 
-_watching: contextvars.ContextVar[DataReads | None] = contextvars.ContextVar(
-    "numba_cache_data_reads", default=None)
-
-
 class watch:
     """Context manager: record reads of data constants into `reads` meanwhile."""
 
@@ -369,11 +365,11 @@ class watch:
     def __enter__(self) -> DataReads:
         self._property = tensor_constant_data.reads_seen_by(_seen)
         self._property.__enter__()
-        self._token = _watching.set(self._reads)
+        self._token = session.current().data_reads_watching.set(self._reads)
         return self._reads
 
     def __exit__(self, *exc_info) -> None:
-        _watching.reset(self._token)
+        session.current().data_reads_watching.reset(self._token)
         self._property.__exit__(*exc_info)
 
 
@@ -391,15 +387,16 @@ def folded_node(frame):
 
 def _seen(constant, data):
     """``TensorConstant.data`` while watched: `data`, its read recorded if rewriting made it."""
-    reads = _watching.get()
+    watching = session.current().data_reads_watching
+    reads = watching.get()
     if reads is not None and isinstance(data, np.ndarray) and data.size >= HIDDEN_MIN_SIZE:
         caller = sys._getframe(2)  # past the property
         reader = f"{caller.f_globals.get('__name__')}.{caller.f_code.co_qualname}"
-        token = _watching.set(None)  # summaries and folds read data too: not rewriting's reads
+        token = watching.set(None)  # summaries and folds read data too: not rewriting's reads
         try:
             reads.read(constant, reader, caller)
         except Exception as exc:  # watching must never break a compile
             reads.bound_by.append(f"could not follow a read by {reader} ({exc!r})")
         finally:
-            _watching.reset(token)
+            watching.reset(token)
     return data

@@ -5,8 +5,9 @@ replaced, ``prepare_fgraph`` (rewriting, then deep copies for the memory
 interface), through the supported seam ``Mode.function_maker``. On a miss it
 rewrites as usual and stores the result; on a hit it swaps the stored rewritten
 graph into the function graph, attached to this graph's own input variables,
-and hands the linker the whole-graph key stored with it, so neither rewriting
-nor keying the rewritten graph is repeated.
+and hands the linker the whole-graph key stored with it (through the session's
+``known_graph_kernels``, :mod:`numba_cache.session`), so neither rewriting nor
+keying the rewritten graph is repeated.
 
 The stored graph is a pickle of the outputs in which every input variable is a
 *persistent id* (its position): inputs, shared variables and their values are
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 
 from pytensor.compile.maker import FunctionMaker
 
+from numba_cache import session
 from numba_cache.codegen.sources import GraphSource, graph_kernel_name, graph_source
 from numba_cache.kernels.outcomes import report
 from numba_cache.kernels.outcomes.uncacheable import unkeyed
@@ -45,10 +47,6 @@ from numba_cache.store.entry_layout import graph_key_fields
 
 #: The reason counted (``uncacheable:<reason>``) for a rewrite whose key could not be made.
 UNKEYABLE_REWRITE = "unkeyable-rewrite"
-
-#: Attribute of a FunctionGraph carrying its :class:`KnownGraphKernel`, set by the rewrite cache.
-GRAPH_KEY_ATTRIBUTE = "numba_cache_graph_key"
-
 
 @dataclass(frozen=True)
 class KnownGraphKernel:
@@ -230,7 +228,7 @@ class RewriteLookup:
             self._put_back(given)
             return self._discard(key, ValueError(
                 "the restored graph generates other kernel source than the rewritten graph"))
-        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, known)
+        session.current().known_graph_kernels[self.fgraph] = known
         return True
 
     def _put_back(self, outputs) -> None:
@@ -295,7 +293,7 @@ class RewriteLookup:
         except Exception as exc:  # not storing a rewrite never fails the compile
             report.logger.debug("rewritten graph not stored: %r", exc)
             return
-        setattr(self.fgraph, GRAPH_KEY_ATTRIBUTE, known)
+        session.current().known_graph_kernels[self.fgraph] = known
         self.context.store.save(Entry(
             key=key.digest,
             fingerprint=self.context.fingerprint.digest,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from .. import versions
+from .. import session, versions
 from .entry import Entry
 from .local import make_private_dirs
 from .notices import warn_once
@@ -84,10 +84,6 @@ _REPLACE = (f"INSERT INTO entries{_VALUES} ON CONFLICT(fingerprint, key) DO UPDA
 _DISK_FAILURES = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN)
 
 _Result = TypeVar("_Result")
-
-# Connections a forked child inherited. Closing one in the child could checkpoint or
-# unlock the parent's database, so they are kept, unused, until the child exits.
-_inherited_connections: list[sqlite3.Connection] = []
 
 
 class Index:
@@ -253,7 +249,9 @@ class Index:
         if held is not None:
             if held[0] == os.getpid():
                 return held[1]
-            _inherited_connections.append(held[1])
+            # Inherited from the parent: closing it here could checkpoint or unlock the
+            # parent's database, so it is kept, unused, until this process exits.
+            session.current().inherited_connections.append(held[1])
             self._local.held = None
         if self._unavailable or not (create or self.path.exists()):
             return None

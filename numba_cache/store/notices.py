@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Hashable
 
-_given: set[Hashable] = set()
+from numba_cache import session
 
 
 class StoreWarning(UserWarning):
@@ -18,9 +18,10 @@ class StoreWarning(UserWarning):
 
 def warn_once(topic: Hashable, message: str) -> None:
     """Warn with `message` unless a warning on `topic` was already given in this process."""
-    if topic in _given:
+    given = session.current().warnings_given
+    if topic in given:
         return
-    _given.add(topic)
+    given.add(topic)
     warnings.warn(message, StoreWarning, stacklevel=3)
 
 

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from numba_cache import session
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import identifier, kernel_source
 from numba_cache.kernels.outcomes import replay
@@ -164,12 +165,9 @@ def generated_source_dir(context) -> Path:
     return _private_source_dir()
 
 
-_private_dir: list[Path] = []
-
-
 def _private_source_dir() -> Path:
-    if not _private_dir:
-        directory = Path(tempfile.mkdtemp(prefix="numba_cache_src_"))
-        atexit.register(shutil.rmtree, directory, ignore_errors=True)
-        _private_dir.append(directory)
-    return _private_dir[0]
+    state = session.current()
+    if state.private_source_dir is None:
+        state.private_source_dir = Path(tempfile.mkdtemp(prefix="numba_cache_src_"))
+        atexit.register(shutil.rmtree, state.private_source_dir, ignore_errors=True)
+    return state.private_source_dir

@@ -20,13 +20,8 @@ against the op kernels as they are now, and its entry replaced.
 
 from __future__ import annotations
 
-import threading
-
+from numba_cache import session
 from numba_cache.store import entry_layout
-
-_compiled: dict = {}  # (op key digest, numba signature) -> CompileResult
-_from_store: set = set()  # the keys of _compiled loaded by meet(), not compiled here
-_lock = threading.Lock()
 
 
 def note(key_digest: str, signature: tuple, compiled, from_store: bool = False,
@@ -35,20 +30,22 @@ def note(key_digest: str, signature: tuple, compiled, from_store: bool = False,
     unless one already is (or `replace`: the one served was found to be another op's);
     the one served."""
     address = (key_digest, tuple(signature))
-    with _lock:
-        if replace or address not in _compiled:
-            _compiled[address] = compiled
+    state = session.current()
+    with state.op_kernels_lock:
+        if replace or address not in state.op_kernels:
+            state.op_kernels[address] = compiled
             if from_store:
-                _from_store.add(address)
+                state.op_kernels_from_store.add(address)
             else:
-                _from_store.discard(address)
-        return _compiled[address]
+                state.op_kernels_from_store.discard(address)
+        return state.op_kernels[address]
 
 
 def loaded_from_store(key_digest: str, signature: tuple) -> bool:
     """True if the op kernel :func:`compiled` gives was loaded from the store, not compiled here."""
-    with _lock:
-        return (key_digest, tuple(signature)) in _from_store
+    state = session.current()
+    with state.op_kernels_lock:
+        return (key_digest, tuple(signature)) in state.op_kernels_from_store
 
 
 def compiled(key_digest: str, signature: tuple):
@@ -57,8 +54,9 @@ def compiled(key_digest: str, signature: tuple):
     It comes without the compile's metadata, as a kernel loaded from a cache does:
     numba records a compile's timings in it once, and refuses to do it twice.
     """
-    with _lock:
-        kernel = _compiled.get((key_digest, tuple(signature)))
+    state = session.current()
+    with state.op_kernels_lock:
+        kernel = state.op_kernels.get((key_digest, tuple(signature)))
     return None if kernel is None else kernel._replace(metadata=None)
 
 

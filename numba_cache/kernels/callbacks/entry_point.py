@@ -28,21 +28,18 @@ The call itself is :func:`.symbol_calls.emit_call`.
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from numba_cache import session
 from numba_cache.kernels.callbacks import hidden_symbols
 from numba_cache.kernels.assembly import symbol_calls
-
-_entry_points: weakref.WeakSet = weakref.WeakSet()
-
 
 def is_entry_point(function) -> bool:
     """True if `function` is an entry point made by :func:`entry_point` in this process."""
     try:
-        return function in _entry_points
+        return function in session.current().entry_points
     except TypeError:  # not weakly referenceable, so not one of ours
         return False
 
@@ -66,7 +63,7 @@ def entry_point(dispatcher, n_inputs: int, hidden_values: Sequence[np.ndarray]):
     entry.hidden_values = hidden_values
     entry.hidden_symbols = symbols
     entry.kernel_signatures = signatures
-    _entry_points.add(entry)
+    session.current().entry_points.add(entry)
     return entry
 
 

@@ -7,7 +7,7 @@ symbol (``llvmlite.binding.add_symbol``) for its own buffer of that content
 before such code is loaded.
 
 A registered symbol is never moved: the first buffer registered under a digest
-stays referenced here for the life of the process, so a symbol never dangles and
+stays referenced (by the session) for the life of the process, so a symbol never dangles and
 never switches to another buffer under code that uses it. Buffers are PyTensor
 constants' data, which PyTensor never mutates.
 """
@@ -18,9 +18,9 @@ import hashlib
 
 import numpy as np
 
-PREFIX = "numba_cache_hidden_"
+from numba_cache import session
 
-_buffers: dict[str, np.ndarray] = {}
+PREFIX = "numba_cache_hidden_"
 
 
 def symbol_for(value: np.ndarray) -> str:
@@ -32,11 +32,12 @@ def symbol_for(value: np.ndarray) -> str:
     content = hashlib.sha256(f"{value.dtype.str}{value.shape}".encode())
     content.update(value)
     name = PREFIX + content.hexdigest()
-    if name not in _buffers:
-        _buffers[name] = value
+    buffers = session.current().hidden_buffers
+    if name not in buffers:
+        buffers[name] = value
         llvm.add_symbol(name, value.ctypes.data)
     return name
 
 
 def is_registered(name: str) -> bool:
-    return name in _buffers
+    return name in session.current().hidden_buffers

@@ -42,6 +42,7 @@ import threading
 import warnings
 from collections.abc import Callable
 
+from numba_cache import session
 from numba_cache.kernels.assembly.predicted_types import mispredicted, predict
 
 #: Where the typing is (the index of the step it serves), shared with the helper.
@@ -56,17 +57,6 @@ _SPAWNED_MAIN = ("import pickle, sys\n"
                  "main(sys.argv[1:], payload)\n")
 #: A threshold of the oldest generation no count reaches.
 _NO_FULL_COLLECTION = 2**31 - 1
-
-_active: list[CompileAhead] = []  # the helper of the graph being typed, if any
-_in_helper = False
-_announce: int | None = None  # in a helper: where it tells what it stores
-#: (key digest, signature text) of the op kernels the helper of this typing stored.
-_announced: set = set()
-_loaded: set = set()  # those of them the typing loaded
-#: (key digest, signature text) of object-mode blocks helpers stored, until the first call
-#: of the graph loads them (after the typing: the blocks are compiled when they first run).
-_blocks_ahead: set = set()
-
 
 class CompileAhead:
     """Typing help for one graph body: :meth:`before_step` before each step is served,
@@ -125,12 +115,13 @@ class CompileAhead:
         self._position.close()
         self._position_file.close()
         self._stop = None
-        _active.remove(self)
-        unused = len(_announced - _loaded)
+        state = session.current()
+        state.compile_ahead_running.remove(self)
+        unused = len(state.announced_op_kernels - state.loaded_op_kernels)
         if unused:
             self._record("compiled_ahead:unused", unused)
-        _announced.clear()
-        _loaded.clear()
+        state.announced_op_kernels.clear()
+        state.loaded_op_kernels.clear()
 
     def read_announcements(self) -> None:
         """Note the kernels the helper has announced (:func:`compiled_ahead`)."""
@@ -142,9 +133,11 @@ class CompileAhead:
             if not data:
                 return
             *lines, self._pending = (self._pending + data).split(b"\n")
+            state = session.current()
             for line in lines:
                 kind, digest, signature = line.decode().split(" ")
-                (_announced if kind == "op" else _blocks_ahead).add((digest, signature))
+                announced = state.announced_op_kernels if kind == "op" else state.blocks_ahead
+                announced.add((digest, signature))
 
     def _will_compile(self, kernel: str) -> bool:
         """Whether a step's op kernel is stored by key, not yet in the store. A kernel
@@ -161,7 +154,8 @@ class CompileAhead:
     def _start(self, index: int, value_types: dict) -> None:
         """Start a helper for the steps after `index`: forked from a process running one
         Python thread, else spawned (:meth:`_spawn`)."""
-        if _in_helper or _active or len(self._steps) - index < 2:
+        state = session.current()
+        if state.is_helper or state.compile_ahead_running or len(self._steps) - index < 2:
             return
         # The work is found here, not in a forked helper: walking the graph's steps and
         # values there would write into their pages (reference counts) and copy them,
@@ -191,7 +185,7 @@ class CompileAhead:
         os.set_blocking(read_end, False)
         self._stop, self._position, self._position_file = stop, position, position_file
         self._announcements = read_end
-        _active.append(self)
+        state.compile_ahead_running.append(self)
         self._record("compiled_ahead:helper", 1)
 
     def _fork(self, work: list, position: mmap.mmap, announce: int) -> Callable | None:
@@ -319,8 +313,7 @@ def _kill_spawned(process) -> None:
 def become_helper(announce: int) -> None:
     """Make this process a helper telling what it stores through `announce`: it dies with
     its parent, writes nothing the user sees, and counts nothing in the store."""
-    global _in_helper, _announce
-    _in_helper, _announce = True, announce
+    session.current().become_helper(announce)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     _die_with_parent()
     # Nothing of the helper's reaches the user: the process it helps tells what its
@@ -332,9 +325,6 @@ def become_helper(announce: int) -> None:
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 (the helper's own)
     warnings.simplefilter("ignore")
     logging.disable(logging.CRITICAL)
-    from numba_cache.kernels.outcomes import report
-
-    report.count_in_store(False)  # the typing counts what the helper compiles
 
 
 def work_until_met(work: list, position: mmap.mmap, parent: int, compile_one: Callable) -> None:
@@ -362,8 +352,9 @@ def note_save(kind: str, key_digest: str, signature) -> None:
     """In a helper, tell the process it helps that it stores this kernel (an op kernel, or
     an object-mode block of one) before the entry can be read there: a load of it is
     then known to be this compile's work, not a hit."""
-    if _announce is not None:
-        os.write(_announce, f"{kind} {key_digest} {signature_text(signature)}\n".encode())
+    announce = session.current().announce
+    if announce is not None:
+        os.write(announce, f"{kind} {key_digest} {signature_text(signature)}\n".encode())
 
 
 def signature_text(signature) -> str:
@@ -378,16 +369,18 @@ def compiled_ahead(kind: str, key_digest: str, signature) -> bool:
     helper of the graph whose first call loads it."""
     # Op kernels are announced only while a helper is active, blocks until they are loaded:
     # a warm hit returns here, before any signature is hashed.
-    if not (_active if kind == "op" else kind == "objmode" and (_active or _blocks_ahead)):
+    state = session.current()
+    running, blocks_ahead = state.compile_ahead_running, state.blocks_ahead
+    if not (running if kind == "op" else kind == "objmode" and (running or blocks_ahead)):
         return False
-    for helper in _active:
+    for helper in running:
         helper.read_announcements()
-    announced = _announced if kind == "op" else _blocks_ahead
+    announced = state.announced_op_kernels if kind == "op" else blocks_ahead
     address = (key_digest, signature_text(signature))
     if address not in announced:
         return False
     if kind == "objmode":
-        _blocks_ahead.discard(address)
+        blocks_ahead.discard(address)
     else:
-        _loaded.add(address)
+        state.loaded_op_kernels.add(address)
     return True

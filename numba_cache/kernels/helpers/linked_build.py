@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 
+from numba_cache import session
 from numba_cache.kernels.outcomes import report
 from numba_cache.keys.kernels import linked_key
 
@@ -42,10 +43,6 @@ _HELPER_MAIN = ("import json, sys\n"
                 "sys.path[:] = json.loads(sys.stdin.readline())\n"
                 "from numba_cache.kernels.helpers.linking_helper import main\n"
                 "main(sys.stdin)\n")
-
-_helpers: dict[int, subprocess.Popen] = {}  # this process's helper, by process id
-_requested: set = set()  # (linked key digest, signature) asked for by this process
-
 
 class LinkedBuild:
     """The way from a by-symbol graph kernel (`key`, of `fgraph`) to its linked build."""
@@ -60,9 +57,10 @@ class LinkedBuild:
         unless it is being built, failed lately, or this process asked for it already."""
         context, digest = self._context, self.key.digest
         fingerprint = context.fingerprint.digest
-        if (digest, signature) in _requested:
+        requested = session.current().linked_builds_requested
+        if (digest, signature) in requested:
             return
-        _requested.add((digest, signature))
+        requested.add((digest, signature))
         if not context.enabled or context.store.readonly:
             return
         if not context.store.claim_linking(fingerprint, digest, context.settings.lock_timeout):
@@ -100,10 +98,11 @@ def _job_file(context, fgraph, signature, digest: str) -> str:
 
 def _send(path: str) -> None:
     """Give the job file `path` to this process's helper, started if need be."""
+    helpers = session.current().linking_helpers  # by process id: a forked child starts its own
     for attempt in range(2):
-        process = _helpers.get(os.getpid())
+        process = helpers.get(os.getpid())
         if process is None or process.poll() is not None:
-            process = _helpers[os.getpid()] = _start_helper()
+            process = helpers[os.getpid()] = _start_helper()
         try:
             process.stdin.write(f"{path}\n".encode())
             process.stdin.flush()
@@ -111,7 +110,7 @@ def _send(path: str) -> None:
         except BrokenPipeError:  # the helper died: start another, once
             if attempt:
                 raise
-            _helpers.pop(os.getpid(), None)
+            helpers.pop(os.getpid(), None)
 
 
 def _start_helper() -> subprocess.Popen:

@@ -25,11 +25,11 @@ _NICENESS = 10
 
 def main(lines) -> None:
     """Build the job of each file named by `lines` (the helper's input), until it ends."""
-    from numba_cache.kernels.outcomes import report
+    from numba_cache import session
 
     with contextlib.suppress(OSError, AttributeError):  # no os.nice off POSIX
         os.nice(_NICENESS)
-    report.count_in_store(False)
+    session.current().become_helper()
     for line in lines:
         if line.strip():
             with contextlib.suppress(Exception):  # one job's fault is not the next one's

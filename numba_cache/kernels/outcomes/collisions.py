@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from numba_cache import session
 from numba_cache.kernels.outcomes import report
 from numba_cache.keys.key import Key
 from numba_cache.store import StoreWarning, entry_layout
@@ -93,20 +94,20 @@ class Collision:
     made_under: Key  # the key the served code was stored under (may be `key` itself)
 
 
-#: Hits sampled for verification in this process, and the collisions found.
-_sampled = 0
-found: list[Collision] = []
+def found() -> list[Collision]:
+    """The collisions found in this process, in order."""
+    return list(session.current().collisions)
 
 
 def sampled(settings) -> bool:
     """Whether to verify a hit, given `settings` with ``verify_hits`` on (not 0)."""
-    global _sampled
+    state = session.current()
     limit = settings.verify_hits_limit
-    if limit and _sampled >= limit:
+    if limit and state.hits_sampled >= limit:
         return False
     rate = settings.verify_hits
     if rate >= 1.0 or random.random() < rate:
-        _sampled += 1
+        state.hits_sampled += 1
         return True
     return False
 
@@ -141,6 +142,6 @@ def served_code_matches(context, key, served, signature, llvm_ir: str,
         stacklevel=2,
     )
     report.record(context, "collision")
-    found.append(Collision(key, made_under))
+    session.current().collisions.append(Collision(key, made_under))
     context.store.remove(context.fingerprint.digest, key.digest)
     return False

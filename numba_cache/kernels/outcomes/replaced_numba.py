@@ -23,6 +23,8 @@ from __future__ import annotations
 import operator
 import sys
 
+from numba_cache import session
+
 
 def replaced() -> str | None:
     """Which of numba's or PyTensor's jit entry points does not give numba's dispatcher, or None.
@@ -36,16 +38,13 @@ def replaced() -> str | None:
     pytensor_dispatch = sys.modules.get("pytensor.link.numba.dispatch.basic")
     entry_points = (numba.njit, numba.np.numpy_support.from_dtype,
                     None if pytensor_dispatch is None else pytensor_dispatch.numba_njit)
-    probed, verdict = _last
+    state = session.current()
+    probed, verdict = state.numba_entry_points_probed
     if probed is not None and all(map(operator.is_, probed, entry_points)):
         return verdict
     verdict = _probe(*entry_points)
-    _last[:] = entry_points, verdict
+    state.numba_entry_points_probed = entry_points, verdict
     return verdict
-
-
-#: The entry points last probed, and their verdict.
-_last: list = [None, None]
 
 
 def _probe(njit, from_dtype, pytensor_njit) -> str | None:

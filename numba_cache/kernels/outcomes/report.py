@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from numba_cache import session
 from numba_cache.keys.components import summarize
 from numba_cache.logs import logger
 from numba_cache.store.notices import StoreWarning
@@ -24,11 +25,6 @@ from numba_cache.store.notices import StoreWarning
 if TYPE_CHECKING:
     from numba_cache.keys import Fingerprint
     from numba_cache.keys.key import Key
-
-_session: Counter = Counter()
-_warned: set = set()
-_store_counts = [True]
-
 
 @dataclass(frozen=True)
 class Lookup:
@@ -39,28 +35,23 @@ class Lookup:
     fingerprint: Fingerprint
 
 
-_observers: list[Callable[[Lookup], None]] = []
-
 
 def session_stats() -> Counter:
     """Counters of this process (a copy)."""
-    return Counter(_session)
+    return Counter(session.current().counters)
 
 
 def reset_session_stats() -> None:
-    _session.clear()
+    session.current().counters.clear()
 
 
 def record(context, name: str, n: int = 1) -> None:
-    _session[name] += n
-    if _store_counts[0]:
+    """Count `name` in this process, and in the store unless this process is a helper
+    (the process it helps counts its work: :meth:`.Session.become_helper`)."""
+    state = session.current()
+    state.counters[name] += n
+    if state.counts_in_store:
         context.store.count(context.fingerprint.digest, name, n)
-
-
-def count_in_store(counting: bool) -> None:
-    """Whether :func:`record` also counts in the store (a helper process's compiles are
-    counted by the process it helps: :mod:`.compile_ahead`)."""
-    _store_counts[0] = counting
 
 
 def remove_corrupt(context, key_digest: str, what: str, stacklevel: int) -> None:
@@ -73,7 +64,7 @@ def remove_corrupt(context, key_digest: str, what: str, stacklevel: int) -> None
 
 def record_reuse(kind: str) -> None:
     """A kernel this process already had served another node (``op.reused``; session only)."""
-    _session[f"{kind}.reused"] += 1
+    session.current().counters[f"{kind}.reused"] += 1
 
 
 def lookup(context, key, decision: str) -> None:
@@ -81,9 +72,10 @@ def lookup(context, key, decision: str) -> None:
 
     It goes to the observers, and to the debug log with the key's components.
     """
-    if _observers:
+    observers = session.current().lookup_observers
+    if observers:
         observed = Lookup(key, decision, context.fingerprint)
-        for observer in _observers:
+        for observer in observers:
             observer(observed)
     # Summarising the components is not free: only when debug records are shown.
     if logger.isEnabledFor(logging.DEBUG):
@@ -106,11 +98,12 @@ def observe_lookups(callback: Callable[[Lookup], None] | None = None) -> Iterato
         if callback is not None:
             callback(lookup)
 
-    _observers.append(observe)
+    observers = session.current().lookup_observers
+    observers.append(observe)
     try:
         yield observed
     finally:
-        _observers.remove(observe)
+        observers.remove(observe)
 
 
 def uncacheable(context, key, verdict) -> None:
@@ -124,9 +117,10 @@ def uncacheable(context, key, verdict) -> None:
     record(context, f"uncacheable:{verdict.reason}")
     lookup(context, key, f"uncacheable ({verdict.reason})")
     subject = key.components.get("op_type", key.kind)
-    if (subject, verdict.reason) in _warned:
+    logged = session.current().logged_uncacheable
+    if (subject, verdict.reason) in logged:
         return
-    _warned.add((subject, verdict.reason))
+    logged.add((subject, verdict.reason))
     logger.info("numba_cache will not persist the kernel of %s: %s", key.summary, verdict.detail)
 
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from numba.core.dispatcher import ObjModeLiftedWith
 
+from numba_cache import session
 from numba_cache._compat import numba_internals
 from numba_cache.keys.kernels import object_mode_key
 
@@ -20,8 +21,6 @@ CACHED_PACKAGES = ("pytensor.",)
 
 # A dispatcher uuid, as pickled (in plain text) into the IR of the kernels holding it.
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_blocks_of_stored_kernels: set[str] = set()
-_stored_here: set[tuple] = set()
 
 
 def named_blocks(*texts: str) -> list[str]:
@@ -33,11 +32,11 @@ def named_blocks(*texts: str) -> list[str]:
 
 def note_blocks(blocks: list[str]) -> None:
     """Remember `blocks` as held by a kernel in the store."""
-    _blocks_of_stored_kernels.update(blocks)
+    session.current().blocks_of_stored_kernels.update(blocks)
 
 
 def held_by_a_stored_kernel(dispatcher) -> bool:
-    return numba_internals.dispatcher_uuid(dispatcher) in _blocks_of_stored_kernels
+    return numba_internals.dispatcher_uuid(dispatcher) in session.current().blocks_of_stored_kernels
 
 
 def compiled_here_unstored(blocks: list[str]) -> Iterator[tuple]:
@@ -48,13 +47,14 @@ def compiled_here_unstored(blocks: list[str]) -> Iterator[tuple]:
     storing a kernel has its blocks compiled, whether or not the kernel ever
     runs here (``numba-cache warm`` compiles kernels without running them).
     """
+    stored_here = session.current().blocks_stored_here
     for block in blocks:
         dispatcher = numba_internals.block_dispatcher(block)
         if dispatcher is None or not is_cached_block(dispatcher):
             continue
         for signature, compiled in list(dispatcher.overloads.items()):
-            if (block, signature) not in _stored_here:
-                _stored_here.add((block, signature))
+            if (block, signature) not in stored_here:
+                stored_here.add((block, signature))
                 yield dispatcher, signature, compiled
 
 
