@@ -1,9 +1,9 @@
 """What is done to a store apart from lookups and saves: listings, stats, clearing,
-eviction, verification, copying records in and out, and the side files.
+eviction, verification, copying records in and out.
 
 :class:`Maintenance` is a base of :class:`~.store.Store`, kept apart as ccache keeps
 cleanup and statistics apart from lookup; it works through the store's backend,
-index, locks and side files (named below) and its ``lock``, ``read``, ``_may_write``,
+index and locks (named below) and its ``lock``, ``read``, ``_may_write``,
 ``_remove_unless_locked`` and ``_after_new``.
 """
 
@@ -24,7 +24,6 @@ from .local import LocalBackend, stored_size
 from .locks import EntryLocks, LockBusy
 from .notices import warn_cannot_delete, warn_once
 from .record import CorruptEntry
-from .side_files import SideFiles
 from .verify import Problem, verify
 
 EVICTION_LOCK_NAME = "evict.lock"
@@ -39,7 +38,6 @@ class Maintenance:
     _backend: LocalBackend
     _index: Index
     _locks: EntryLocks
-    _side_files: SideFiles
 
     def record_of(self, fingerprint: str, key: str) -> tuple[bytes, bytes | None] | None:
         """The entry's record as stored and its ``.py`` copy (None if it has none),
@@ -192,42 +190,6 @@ class Maintenance:
         With `repair` (ignored when read-only), fix what was found.
         """
         return verify(self._backend, self._index, repair=repair and self._may_write())
-
-    def record_fingerprint(self, fingerprint: str, components: dict) -> None:
-        """Keep the components of `fingerprint` beside its entries (:mod:`.side_files`)."""
-        self._side_files.record_fingerprint(fingerprint, components)
-
-    def fingerprint_components(self, fingerprint: str) -> dict | None:
-        return self._side_files.fingerprint_components(fingerprint)
-
-    def completed_registry(self, fingerprint: str, partial: str) -> str | None:
-        return self._side_files.completed_registry(fingerprint, partial)
-
-    def record_completed_registry(self, fingerprint: str, partial: str, complete: str) -> None:
-        self._side_files.record_completed_registry(fingerprint, partial, complete)
-
-    def graph_of_code(self, fingerprint: str, code: str) -> str | None:
-        """The graph kernel key last stored with code key `code` (:mod:`.side_files`)."""
-        return self._side_files.graph_of_code(fingerprint, code)
-
-    def record_graph_of_code(self, fingerprint: str, code: str, key: str) -> None:
-        self._side_files.record_graph_of_code(fingerprint, code, key)
-
-    def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
-        """Whether this process may build linked graph kernel `key` (:mod:`.side_files`)."""
-        return self._side_files.claim_linking(fingerprint, key, stale_after)
-
-    def release_linking(self, fingerprint: str, key: str, failure: str | None) -> None:
-        self._side_files.release_linking(fingerprint, key, failure)
-
-    def linking_claims(self) -> list[dict]:
-        """The linked builds running or failed (:meth:`.side_files.SideFiles.linking_claims`)."""
-        return self._side_files.linking_claims()
-
-    def source_path(self, fingerprint: str, key: str) -> Path:
-        """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""
-        check_address(fingerprint, key)
-        return self._backend.source_path(fingerprint, key)
 
     def _scan(self, fingerprint: str | None = None) -> Iterator[Entry]:
         """The decodable entries on disk, without blobs, last used when written."""

@@ -195,3 +195,41 @@ class SideFiles:
                                "state": recorded["state"], "since": since,
                                "reason": recorded.get("reason")})
         return claims
+
+
+class SideFilesOfStore:
+    """The side files as methods of a store (a base of :class:`~.store.Store`): lookups
+    read them beside the entries."""
+
+    _side_files: SideFiles
+
+    def record_fingerprint(self, fingerprint: str, components: dict) -> None:
+        """Keep the components of `fingerprint` beside its entries (:mod:`.side_files`)."""
+        self._side_files.record_fingerprint(fingerprint, components)
+
+    def fingerprint_components(self, fingerprint: str) -> dict | None:
+        return self._side_files.fingerprint_components(fingerprint)
+
+    def completed_registry(self, fingerprint: str, partial: str) -> str | None:
+        return self._side_files.completed_registry(fingerprint, partial)
+
+    def record_completed_registry(self, fingerprint: str, partial: str, complete: str) -> None:
+        self._side_files.record_completed_registry(fingerprint, partial, complete)
+
+    def graph_of_code(self, fingerprint: str, code: str) -> str | None:
+        """The graph kernel key last stored with code key `code` (:mod:`.side_files`)."""
+        return self._side_files.graph_of_code(fingerprint, code)
+
+    def record_graph_of_code(self, fingerprint: str, code: str, key: str) -> None:
+        self._side_files.record_graph_of_code(fingerprint, code, key)
+
+    def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
+        """Whether this process may build linked graph kernel `key` (:mod:`.side_files`)."""
+        return self._side_files.claim_linking(fingerprint, key, stale_after)
+
+    def release_linking(self, fingerprint: str, key: str, failure: str | None) -> None:
+        self._side_files.release_linking(fingerprint, key, failure)
+
+    def linking_claims(self) -> list[dict]:
+        """The linked builds running or failed (:meth:`.side_files.SideFiles.linking_claims`)."""
+        return self._side_files.linking_claims()

@@ -1,6 +1,7 @@
 """The :class:`Store` facade, the only API the rest of numba_cache uses: lookups and saves
 through the local backend and index, locks, and the remote tier; maintenance (listing,
-stats, eviction, verification) is its base, :class:`~.maintenance.Maintenance`."""
+stats, eviction, verification) is its base :class:`~.maintenance.Maintenance`, the side
+files lookups read its base :class:`~.side_files.SideFilesOfStore`."""
 
 from __future__ import annotations
 
@@ -21,12 +22,12 @@ from .maintenance import Maintenance
 from .notices import warn_cannot_delete, warn_cannot_write, warn_once
 from .record import CorruptEntry
 from .remote import RemoteTier, open_tier_for_store
-from .side_files import SideFiles
+from .side_files import SideFiles, SideFilesOfStore
 
 INDEX_NAME = "index.sqlite3"
 
 
-class Store(Maintenance):
+class Store(Maintenance, SideFilesOfStore):
     """Compiled kernels on disk, under ``settings.root`` (``settings.disabled`` is not its
     business: :func:`.null.open_store` gives a store of nothing then).
 
@@ -269,6 +270,11 @@ class Store(Maintenance):
         if far and self.remote is not None and not self.readonly:
             self.remote.publish(fingerprint, tier_notes.registry_key(partial),
                                 tier_notes.REGISTRY.encode(partial, complete), None)
+
+    def source_path(self, fingerprint: str, key: str) -> Path:
+        """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""
+        check_address(fingerprint, key)
+        return self._backend.source_path(fingerprint, key)
 
     def vouch(self, fingerprint: str, components: dict) -> None:
         """Publish to the remote tier, if any, that the self-test passed for `fingerprint`
