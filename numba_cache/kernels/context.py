@@ -34,6 +34,13 @@ class CacheContext:
     enabled: bool
     op_kernels: dict = field(default_factory=dict, compare=False, repr=False)
 
+    def source_label(self, key, verdict) -> str:
+        """The file name the generated source of `key` is compiled under: its copy in the
+        store (none for an unkeyable kernel, whose `verdict` says so)."""
+        if verdict is not None and verdict.reason == "unkeyable":
+            return f"<numba_cache unkeyed {key.short}>"
+        return str(self.store.source_path(self.fingerprint.digest, key.digest))
+
 
 def current_context() -> CacheContext:
     """The context for the settings and PyTensor flags in force now.

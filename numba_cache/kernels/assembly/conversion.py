@@ -61,7 +61,7 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict, converted: dict)
 
     name = f"{identifier(type(op).__name__)}_{key.short}"
     source = kernel_source(name, len(node.inputs))
-    filename = source_label(context, key, verdict)
+    filename = context.source_label(key, verdict)
     function = compile_function(source, name, filename, {"impl": impl})
     cache = KernelCache(context, key, source, verdict=verdict)
     dispatcher = cached_dispatcher(
@@ -139,13 +139,6 @@ def _funcify(node, context, storage_map: dict, ofg_memo: dict):
         return numba_funcify_and_cache_key(
             node.op, node=node, storage_map=storage_map, ofg_memo=ofg_memo
         )
-
-
-def source_label(context, key, verdict) -> str:
-    """The file name generated source is compiled under: its copy in the store."""
-    if verdict is not None and verdict.reason == "unkeyable":
-        return f"<numba_cache unkeyed {key.short}>"
-    return str(context.store.source_path(context.fingerprint.digest, key.digest))
 
 
 def generated_source_dir(context) -> Path:

@@ -29,7 +29,7 @@ from numba_cache.kernels.assembly import op_links
 from numba_cache.kernels.outcomes import replay, report
 from numba_cache.kernels.protocol.cache import KernelCache
 from numba_cache.kernels.helpers.compile_ahead import CompileAhead
-from numba_cache.kernels.assembly.conversion import op_kernel, source_label
+from numba_cache.kernels.assembly.conversion import op_kernel
 from numba_cache.kernels.protocol.dispatcher import cached_dispatcher
 from numba_cache.kernels.assembly.glue import GlueCompiler
 from numba_cache.kernels.assembly.graph_body import graph_body
@@ -78,7 +78,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
         generated = graph_source(fgraph, graph_kernel_name(key), hidden_constants(fgraph), order)
     _register_argument_types(fgraph)
     name = generated.function_name
-    function = compile_function(generated.source, name, source_label(context, key, verdict))
+    function = compile_function(generated.source, name, context.source_label(key, verdict))
     storage_map = {} if storage_map is None else storage_map
     called_by_symbol: list = []
 
