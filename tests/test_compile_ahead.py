@@ -26,7 +26,7 @@ import gc, json, os, threading, warnings
 import numpy as np
 import pytensor, pytensor.tensor as pt
 import numba_cache
-from numba_cache.kernels import compile_ahead
+from numba_cache.kernels.helpers import compile_ahead
 
 thresholds = gc.get_threshold()
 full_collections_beside_helper = []

@@ -30,7 +30,7 @@ import pytensor.scalar as ps
 from pytensor.tensor.elemwise import Elemwise
 import numba_cache
 from numba_cache.codegen.lifted_constants import trailing_constants
-from numba_cache.kernels import graph_body
+from numba_cache.kernels.assembly import graph_body
 if {calls_per_function!r} is not None:
     graph_body.CALLS_PER_FUNCTION = {calls_per_function!r}
 from numba.core.runtime import rtsys
@@ -178,7 +178,7 @@ import json
 import numpy as np
 import pytensor, pytensor.tensor as pt
 import numba_cache
-from numba_cache.kernels import graph_body
+from numba_cache.kernels.assembly import graph_body
 from numba_cache.kernels.context import current_context
 from numba_cache.store.entry_layout import decode_symbols, symbols_blob_name
 

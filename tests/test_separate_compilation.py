@@ -26,7 +26,7 @@ import pytensor, pytensor.tensor as pt
 import numba_cache
 from numba_cache.evaluation.compile_events import count_numba_compiles
 from numba_cache.integration.linker import graph_kernel_observers
-from numba_cache.kernels import glue
+from numba_cache.kernels.assembly import glue
 {prelude}
 
 graph_kernels = []
