@@ -74,7 +74,7 @@ class KernelLookup:
             if source.reads_store and not store_ready:
                 if not self._persistent:
                     return None
-                runtime.initialize(self._context, target_context)  # stored code calls it first
+                runtime.initialize(self._context, target_context)  # from the store too, if there
                 store_ready = True
             hit = source.find(sig, target_context)
             if hit is not None:
