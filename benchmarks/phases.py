@@ -37,7 +37,7 @@ PHASES = (
     ("first call: numba compiles or loads the graph kernel", "numba.core.dispatcher",
      "_DispatcherBase._compile_for_args"),
     ("  op kernels loaded for a graph kernel", "numba_cache.kernels.assembly.op_links", "meet"),
-    ("  kernel loads from the store (all kinds)", "numba_cache.kernels.protocol.cache", "rebuild"),
+    ("  kernel loads from the store (all kinds)", "numba_cache.kernels.protocol.lookup", "rebuild"),
     ("  numba: compiler set-up (a process's first loads numba's registries)",
      "numba.core.compiler", "CompilerBase.__init__"),
     ("  numba: type inference (nested compiles included)", "numba.core.typed_passes",

@@ -19,8 +19,8 @@ from numba_cache import session
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import identifier, kernel_source
 from numba_cache.kernels.outcomes import replay
-from numba_cache.kernels.protocol.cache import KernelCache
 from numba_cache.kernels.protocol.dispatcher import cached_dispatcher
+from numba_cache.kernels.protocol.op_cache import OpKernelCache
 from numba_cache.kernels.outcomes.report import record_reuse
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable, registered_reason, unkeyed
 from numba_cache.keys.kernels import op_kernel_key
@@ -63,7 +63,7 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict, converted: dict)
     source = kernel_source(name, len(node.inputs))
     filename = context.source_label(key, verdict)
     function = compile_function(source, name, filename, {"impl": impl})
-    cache = KernelCache(context, key, source, verdict=verdict)
+    cache = OpKernelCache(context, key, source, verdict=verdict)
     dispatcher = cached_dispatcher(
         function, cache, called_from_python=False, fastmath=config.numba__fastmath
     )

@@ -27,7 +27,7 @@ from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import GRAPH_BODY, graph_kernel_name, graph_source
 from numba_cache.kernels.assembly import op_links
 from numba_cache.kernels.outcomes import replay, report
-from numba_cache.kernels.protocol.cache import KernelCache
+from numba_cache.kernels.protocol.graph_cache import GraphKernelCache
 from numba_cache.kernels.helpers.compile_ahead import CompileAhead
 from numba_cache.kernels.assembly.conversion import op_kernel
 from numba_cache.kernels.protocol.dispatcher import cached_dispatcher
@@ -133,8 +133,8 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
     linked = None
     if context.settings.link_in_background and op_calls == BY_SYMBOL and verdict is None:
         linked = LinkedBuild(context, fgraph, key)
-    cache = KernelCache(context, key, generated.source, prepare=prepare, verdict=verdict,
-                        op_calls=called_by_symbol, function_name=name, linked=linked)
+    cache = GraphKernelCache(context, key, generated.source, prepare=prepare, verdict=verdict,
+                             op_calls=called_by_symbol, function_name=name, linked=linked)
     dispatcher = cached_dispatcher(
         function, cache, called_from_python=True, fastmath=config.numba__fastmath,
         pipeline_class=GlueCompiler,
@@ -216,7 +216,7 @@ def _compile_ahead(context, steps: list, nodes: dict, keys: dict, serve) -> Comp
                         lambda counter, n: report.record(context, counter, n), context.settings)
 
 
-def _tell_what_conversion_tells(cache: KernelCache) -> None:
+def _tell_what_conversion_tells(cache: GraphKernelCache) -> None:
     """Warn or raise now, inside ``pytensor.function()``, as PyTensor's ``NUMBA`` does.
 
     On a miss the graph is converted now (numba still compiles at the first

@@ -12,8 +12,8 @@ The machine code gets that compile by unpickling a reference to numba's
 :func:`_compile_through_store` there (under numba's names, so code compiled
 meanwhile, PyTensor's own cache included, still refers to numba's function):
 blocks of PyTensor's numba dispatch are looked up in the store first, and
-stored after compiling, through the same :class:`.cache.KernelCache` as every
-kernel (locks, checksums, counters ``objmode.hit``/``objmode.miss``). Any other
+stored after compiling, through a :class:`.cache.BlockCache`, a kernel cache as every
+kernel has (locks, checksums, counters ``objmode.hit``/``objmode.miss``). Any other
 block is compiled by numba as before. The process that stores a kernel stores
 its blocks with it (:func:`.blocks.compiled_here_unstored`): numba compiled them while
 typing the kernel, even if it never runs here.
@@ -35,7 +35,7 @@ import warnings
 from numba.core import pythonapi, types
 
 from numba_cache.kernels.runtime.blocks import block_key, held_by_a_stored_kernel, is_cached_block
-from numba_cache.kernels.protocol.cache import KernelCache
+from numba_cache.kernels.protocol.cache import BlockCache
 from numba_cache.kernels.context import current_context
 from numba_cache.store import StoreWarning
 
@@ -72,8 +72,7 @@ def _load_or_compile(compile_args, signature):
     context = current_context()
     if not context.enabled:
         return _numba_compile(compile_args)
-    cache = KernelCache(context, block_key(context, dispatcher, signature), source=None,
-                        object_mode=True)
+    cache = BlockCache(context, block_key(context, dispatcher, signature))
     with cache.compiling():
         stored = cache.load_overload(signature, dispatcher.targetctx)
         if stored is not None:
