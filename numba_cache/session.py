@@ -173,6 +173,15 @@ class Session:
         self.counts_in_store = False
         self.announce = announce
 
+    def may_load_work_ahead(self, kind: str) -> bool:
+        """Whether a load of a kernel of `kind` may be of a helper's work
+        (:func:`numba_cache.kernels.helpers.compile_ahead.compiled_ahead` tells): an op
+        kernel while a helper runs, an object-mode block until those helpers stored are
+        loaded. Not on a warm hit, which then asks no helper."""
+        if kind == "op":
+            return bool(self.compile_ahead_running)
+        return kind == "objmode" and bool(self.compile_ahead_running or self.blocks_ahead)
+
 
 _session = Session()
 

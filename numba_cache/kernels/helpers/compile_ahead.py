@@ -367,13 +367,11 @@ def compiled_ahead(kind: str, key_digest: str, signature) -> bool:
     by a helper of this process's compile (a load of it is then a miss of that compile):
     an op kernel, by the helper of the graph being typed; an object-mode block, by the
     helper of the graph whose first call loads it."""
-    # Op kernels are announced only while a helper is active, blocks until they are loaded:
-    # a warm hit returns here, before any signature is hashed.
     state = session.current()
-    running, blocks_ahead = state.compile_ahead_running, state.blocks_ahead
-    if not (running if kind == "op" else kind == "objmode" and (running or blocks_ahead)):
+    if not state.may_load_work_ahead(kind):
         return False
-    for helper in running:
+    blocks_ahead = state.blocks_ahead
+    for helper in state.compile_ahead_running:
         helper.read_announcements()
     announced = state.announced_op_kernels if kind == "op" else blocks_ahead
     address = (key_digest, signature_text(signature))

@@ -29,7 +29,7 @@ from numba.core.caching import _Cache
 
 from numba_cache.kernels.outcomes import replay, report
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable
-from numba_cache.kernels.protocol.lookup import KernelLookup
+from numba_cache.kernels.protocol.lookup import SERVE_EVERY_HIT, KernelLookup
 from numba_cache.kernels.protocol.storing import KernelStorage
 from numba_cache.kernels.protocol.verification import HitVerification
 from numba_cache.kernels.runtime import blocks as object_mode_blocks
@@ -70,7 +70,8 @@ class KernelCache(KernelLookup, KernelStorage, _Cache):
         #: The warnings of `prepare` (a graph's conversion), stored with the entry.
         self._warnings: list[dict] = []
         self._held_locks: list[list] = []
-        self._verification = HitVerification(context.settings)
+        self._verification = (HitVerification(context.settings) if context.settings.verify_hits
+                              else SERVE_EVERY_HIT)
 
     @property
     def key(self):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from numba_cache import session
 from numba_cache.kernels.helpers import compile_ahead
 from numba_cache.kernels.outcomes import report
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable
@@ -44,6 +45,22 @@ class Hit:
     stored_entry: Callable[[], Entry | None] | None
     #: What serving it, rather than verifying it, entails.
     serve: Callable[[], None] = _nothing
+
+
+class _ServeEveryHit:
+    """What stands for the collision detector (:mod:`.verification`) when ``verify_hits``
+    is off: every hit is served."""
+
+    @staticmethod
+    def takes(hit: Hit, signature) -> bool:
+        return False
+
+    @staticmethod
+    def pending(signature) -> None:
+        return None
+
+
+SERVE_EVERY_HIT = _ServeEveryHit()
 
 
 class KernelLookup:
@@ -132,7 +149,8 @@ class KernelLookup:
         """Count a load from the store: a hit, or the miss it is when a helper of this
         compile compiled it (:mod:`.compile_ahead`)."""
         kind = self._key.kind
-        if compile_ahead.compiled_ahead(kind, self._key.digest, sig):
+        if (session.current().may_load_work_ahead(kind)
+                and compile_ahead.compiled_ahead(kind, self._key.digest, sig)):
             # A forked helper cannot reach every remote tier: its work is published here.
             self._context.store.publish_stored(self._context.fingerprint.digest,
                                                self._key.digest)

@@ -22,9 +22,7 @@ class HitVerification:
 
     def takes(self, hit: Hit, signature) -> bool:
         """Whether `hit` is verified: numba then compiles the kernel for `signature`."""
-        if hit.stored_entry is None:
-            return False
-        if not (self._settings.verify_hits and collisions.sampled(self._settings)):
+        if hit.stored_entry is None or not collisions.sampled(self._settings):
             return False
         entry = hit.stored_entry()
         if entry is None:
@@ -36,3 +34,4 @@ class HitVerification:
         """The entry a compile for `signature` is to be compared with, if it verifies a hit
         (asked once)."""
         return self._pending.pop(signature, None)
+
