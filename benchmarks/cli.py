@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import secrets
 import statistics
 import subprocess
 import sys

@@ -104,7 +104,7 @@ def render(data: dict, measured_on: dict, date: str, command: str) -> str:
         f"Measured {date} on {measured_on['cpu']} (LLVM host CPU `{measured_on['llvm_cpu']}`), "
         f"{measured_on['nproc']} cores, code `{measured_on['code_digest']}`; `{command}`.",
         "Each cell: median µs per call over the warm processes (range), then its ratio to "
-        f"numba_cache's host code; `NUMBA` is PyTensor's built-in, for scale. Call with "
+        "numba_cache's host code; `NUMBA` is PyTensor's built-in, for scale. Call with "
         "`trust_input=True`, the way samplers call.",
         "",
     ]

@@ -5,7 +5,6 @@ Each check looks at numba as installed; see :mod:`numba_cache._compat`.
 
 from __future__ import annotations
 
-import functools
 import inspect
 
 from numba_cache._compat import numba_unique_ids, require, seam

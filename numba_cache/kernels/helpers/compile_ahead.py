@@ -32,7 +32,6 @@ import hashlib
 import logging
 import mmap
 import os
-import pickle
 import signal
 import struct
 import subprocess
@@ -43,6 +42,7 @@ import warnings
 from collections.abc import Callable
 
 from numba_cache import session
+from numba_cache.kernels.helpers import interpreter
 from numba_cache.kernels.assembly.predicted_types import mispredicted, predict
 
 #: Where the typing is (the index of the step it serves), shared with the helper.
@@ -50,11 +50,6 @@ POSITION = struct.Struct("q")
 #: prctl's option naming the signal a process gets when its parent dies (linux/prctl.h).
 _PR_SET_PDEATHSIG = 1
 #: A spawned helper's program: the import path, then :func:`.spawned_helper.main`.
-_SPAWNED_MAIN = ("import pickle, sys\n"
-                 "path, payload = pickle.load(sys.stdin.buffer)\n"
-                 "sys.path[:] = path\n"
-                 "from numba_cache.kernels.helpers.spawned_helper import main\n"
-                 "main(sys.argv[1:], payload)\n")
 #: A threshold of the oldest generation no count reaches.
 _NO_FULL_COLLECTION = 2**31 - 1
 
@@ -239,18 +234,11 @@ class CompileAhead:
                                         cloudpickle.dumps((standalone(node), signature)))))
         if not pickled:
             return None
-        payload = tempfile.TemporaryFile()  # noqa: SIM115 (the child's input)
-        with payload:
-            # This process's import path first, as multiprocessing's spawn gives it: the
-            # helper imports the numba_cache (and PyTensor) this process imported.
-            pickle.dump((sys.path, cloudpickle.dumps({**helper_state(self._settings),
-                                                      "work": pickled})), payload)
-            payload.seek(0)
-            process = subprocess.Popen(
-                [sys.executable, "-c", _SPAWNED_MAIN, str(position), str(announce),
-                 str(os.getpid())],
-                stdin=payload, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(position, announce))
+        process = interpreter.start(
+            "numba_cache.kernels.helpers.spawned_helper",
+            [str(position), str(announce), str(os.getpid())],
+            cloudpickle.dumps({**helper_state(self._settings), "work": pickled}),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(position, announce))
         self._record("compiled_ahead:spawned", 1)
         return functools.partial(_kill_spawned, process)
 

@@ -27,22 +27,17 @@ kernel once, and a failed build is not tried again for a day
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
 
 from numba_cache import session
+from numba_cache.kernels.helpers import interpreter
 from numba_cache.kernels.outcomes import report
 from numba_cache.keys.kernels import linked_key
 
 #: The helper's program: the import path, then :func:`.linking_helper.main` on its input.
-_HELPER_MAIN = ("import json, sys\n"
-                "sys.path[:] = json.loads(sys.stdin.readline())\n"
-                "from numba_cache.kernels.helpers.linking_helper import main\n"
-                "main(sys.stdin)\n")
 
 class LinkedBuild:
     """The way from a by-symbol graph kernel (`key`, of `fgraph`) to its linked build."""
@@ -114,14 +109,9 @@ def _send(path: str) -> None:
 
 
 def _start_helper() -> subprocess.Popen:
-    process = subprocess.Popen(
-        [sys.executable, "-c", _HELPER_MAIN], stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    # This process's import path, as multiprocessing's spawn gives it: the helper
-    # imports the numba_cache (and PyTensor) this process imported.
-    process.stdin.write((json.dumps(sys.path) + "\n").encode())
-    process.stdin.flush()
-    return process
+    return interpreter.start("numba_cache.kernels.helpers.linking_helper", [],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)
 
 
 def running_builds(store, stale_after: float) -> list[dict]:

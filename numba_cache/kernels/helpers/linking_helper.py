@@ -1,8 +1,7 @@
 """The helper building linked graph kernels for one process (:mod:`.linked_build`).
 
-A new interpreter, started by :mod:`.linked_build` with the import path of the
-process it helps on its first input line; each later line names a job file,
-read and deleted. A job holds that process's settings and PyTensor flags, its
+A new interpreter, started by :mod:`.linked_build` (through :mod:`.interpreter`);
+each line of its input names a job file, read and deleted. A job holds that process's settings and PyTensor flags, its
 environment fingerprint, the graph (inputs and outputs), the numba signature and
 the linked key to build. The helper compiles the graph as that process would
 under ``link_op_kernels`` (its op kernels loaded from the store, linked in) and
@@ -23,8 +22,9 @@ from pathlib import Path
 _NICENESS = 10
 
 
-def main(lines) -> None:
-    """Build the job of each file named by `lines` (the helper's input), until it ends."""
+def main(argv: list[str], lines) -> None:
+    """Build the job of each file named by `lines` (the helper's input, :mod:`.interpreter`),
+    until it ends."""
     from numba_cache import session
 
     with contextlib.suppress(OSError, AttributeError):  # no os.nice off POSIX
@@ -33,7 +33,7 @@ def main(lines) -> None:
     for line in lines:
         if line.strip():
             with contextlib.suppress(Exception):  # one job's fault is not the next one's
-                _build_job(Path(line.strip()))
+                _build_job(Path(line.strip().decode()))
 
 
 def _build_job(path: Path) -> None:

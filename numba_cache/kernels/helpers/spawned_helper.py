@@ -2,9 +2,8 @@
 
 :mod:`.compile_ahead` forks its helper from a process running one Python thread.
 Beside other threads (a notebook's kernel runs several) a fork could copy a lock
-another thread holds, never to be released: the helper is a new interpreter,
-which reads from its standard input the import path of the process it helps,
-then runs :func:`main` with the file descriptors it shares with it, its process
+another thread holds, never to be released: the helper is a new interpreter
+(:mod:`.interpreter`), which runs :func:`main` with the file descriptors it shares with it, its process
 id, and (pickled with cloudpickle) its settings and work: for each op kernel, the
 step that first calls it, its key digest, and, pickled, its node and the
 predicted numba signature.
@@ -23,9 +22,9 @@ import mmap
 import os
 
 
-def main(argv: list[str], pickled_payload: bytes) -> None:
+def main(argv: list[str], given) -> None:
     """Help the process `argv` names (``POSITION ANNOUNCE PARENT``) with the settings and
-    work of `pickled_payload`."""
+    work pickled in the stream `given` (:mod:`.interpreter`)."""
     from numba_cache.kernels.helpers import compile_ahead
 
     position_fd, announce, parent = (int(argument) for argument in argv)
@@ -38,7 +37,7 @@ def main(argv: list[str], pickled_payload: bytes) -> None:
     from numba_cache.kernels.context import adopt_state
     from numba_cache.kernels.assembly.conversion import op_kernel
 
-    payload = cloudpickle.loads(pickled_payload)
+    payload = cloudpickle.loads(given.read())
     context = adopt_state(payload)
     if not context.enabled:
         return
