@@ -110,6 +110,10 @@ class Session:
         self.blocks_of_stored_kernels = set()
         #: kernels/runtime/blocks: (block, signature) of the blocks this process stored.
         self.blocks_stored_here = set()
+        #: kernels/runtime/detached: pickled namespaces of loaded kernels' blocks, unread.
+        self.detached_pending = []
+        #: kernels/runtime/detached: the namespaces read, by module name.
+        self.detached_namespaces = {}
         #: kernels/callbacks/hidden_symbols: the buffer registered under each LLVM symbol
         #: (kept for the process's life: a symbol never dangles).
         self.hidden_buffers = {}

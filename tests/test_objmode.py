@@ -242,7 +242,7 @@ add_one(1.0)
 signature = add_one.signatures[0]
 context = current_context()
 key = object_mode_key("0" * 36, "own_cached.add_one", str(signature), context.fingerprint)
-BlockCache(context, key).save_overload(
+BlockCache(context, key, []).save_overload(
     signature, add_one.overloads[signature])
 print(json.dumps({"numba_cache_hits": sum(add_one.stats.cache_hits.values()),
                   "stored": context.store.load(context.fingerprint.digest, key.digest) is not None}))

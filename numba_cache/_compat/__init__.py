@@ -26,7 +26,8 @@ The rest of numba_cache reads upstream internals through the plain functions of
 lists the modules that import numba's internals themselves, each with why). The global patches it
 installs live here too, each in its own module, installed only while needed:
 :mod:`.numba_unique_ids`, :mod:`.tensor_constant_data`. (Patches bound to the
-logic around them, numba's object-mode compile and ``CFunc.__init__``, stay with
+logic around them, numba's object-mode compile, its unpickler of machine code's
+constants and ``CFunc.__init__``, stay with
 that logic in :mod:`numba_cache.kernels`; their seams are checked here.)
 """
 

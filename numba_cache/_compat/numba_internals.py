@@ -54,11 +54,14 @@ def inspectable(library) -> bool:
     return not library._disable_inspection
 
 
-def rebuild_compile_result(target_context, reduced: tuple, load_library=None):
+def rebuild_compile_result(target_context, reduced: tuple, load_library=None,
+                           module_stand_in=None):
     """A compile result from :func:`reduce_compile_result`'s data (``CompileResult._rebuild``).
 
     `load_library(codegen, library_state)`, if given, loads its code library in place of
-    numba's ``unserialize_library``; the rest is ``_rebuild``'s own steps.
+    numba's ``unserialize_library``; the rest is ``_rebuild``'s own steps. With it,
+    `module_stand_in(name)`, if given, may return an object standing for the module of
+    that name in the entry point (``get_executable`` imports the module only to name it).
     """
     from numba.core.compiler import CompileResult
 
@@ -69,16 +72,31 @@ def rebuild_compile_result(target_context, reduced: tuple, load_library=None):
     for function in reload_init or ():
         function()
     library = load_library(target_context.codegen(), library_state)
+    stand_in = None if module_stand_in is None else module_stand_in(fndesc.modname)
     compiled = CompileResult(
         target_context=target_context, typing_context=target_context.typing_context,
         library=library, environment=environment,
-        entry_point=target_context.get_executable(library, fndesc, environment),
+        entry_point=(target_context.get_executable(library, fndesc, environment)
+                     if stand_in is None else
+                     _executable(target_context, library, fndesc, environment, stand_in)),
         fndesc=fndesc, type_annotation=typeann, signature=signature, objectmode=objectmode,
         lifted=lifted, typing_error=None, call_helper=None, metadata=None,
         reload_init=reload_init, referenced_envs=referenced_envs)
     for referenced in referenced_envs:
         library.codegen.set_env(referenced.env_name, referenced)
     return compiled
+
+
+def _executable(target_context, library, fndesc, environment, module):
+    """``CPUContext.get_executable``, naming `module` as the function's module."""
+    from numba import _dynfunc
+
+    pointer = library.get_pointer_to_function(fndesc.llvm_cpython_wrapper_name)
+    function = _dynfunc.make_function(module, fndesc.qualname.split(".")[-1],
+                                      f"compiled wrapper for {fndesc.qualname!r}", pointer,
+                                      environment, (library,))
+    library.codegen.set_env(target_context.get_env_name(fndesc), environment)
+    return function
 
 
 def module_for_linking(library):
@@ -329,3 +347,70 @@ def set_codegen_cpu(name: str, features: str) -> None:
     from numba.core import config
 
     config.CPU_NAME, config.CPU_FEATURES = name, features
+
+
+def ir_global_names(func_ir) -> set[str]:
+    """The names of the globals `func_ir`'s code reads (``ir.Global`` values): those
+    object-mode code looks up in its environment's globals at run time."""
+    from numba.core import ir
+
+    return {instruction.value.name for block in func_ir.blocks.values()
+            for instruction in block.find_insts(ir.Assign)
+            if isinstance(instruction.value, ir.Global)}
+
+
+def block_function(dispatcher):
+    """The Python function whose ``with objmode`` block `dispatcher` compiles
+    (``func_ir.func_id.func``): what numba pickles the block with."""
+    return dispatcher.func_ir.func_id.func
+
+
+def environment_module(environment) -> str | None:
+    """The name of the module whose globals `environment` holds (``Environment.globals``)."""
+    return environment.globals.get("__name__")
+
+
+def environment_state(environment) -> tuple:
+    """What numba pickles of `environment` besides its module: its constants and name."""
+    return environment.consts, environment.env_name
+
+
+def rebuild_environment(module: str, consts, env_name: str, namespace: dict | None = None):
+    """The environment `env_name`, live or rebuilt as numba's ``_rebuild_env`` does: with
+    the globals of `module` (imported), or, given, with `namespace` as its globals."""
+    from numba.core.environment import Environment, _rebuild_env, lookup_environment
+
+    if namespace is None:
+        return _rebuild_env(module, consts, env_name)
+    environment = lookup_environment(env_name)
+    if environment is not None:
+        return environment
+    environment = Environment(namespace)
+    environment.consts[:] = consts
+    environment.env_name = env_name
+    Environment._memo[env_name] = environment
+    return environment
+
+
+def replace_unpickle(function) -> None:
+    """Have machine code unpickle its pickled constants with `function` (numba's
+    ``serialize._numba_unpickle``, which ``_helperlib.c`` looks up once per process, at its
+    first unpickle: a replacement made later does not reach machine code)."""
+    from numba.core import serialize
+
+    serialize._numba_unpickle = function
+
+
+def numba_unpickle():
+    """numba's own ``serialize._numba_unpickle``, or what replaced it."""
+    from numba.core import serialize
+
+    return serialize._numba_unpickle
+
+
+def unpickled_memo() -> dict:
+    """What machine code unpickled, by (address of the pickle, its sha1): numba's
+    ``serialize._unpickled_memo``, which keeps each object alive and unpickled once."""
+    from numba.core import serialize
+
+    return serialize._unpickled_memo

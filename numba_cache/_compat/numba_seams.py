@@ -127,6 +127,27 @@ def objmode_blocks() -> None:
             "dispatchers are no longer found by uuid in _memo")
 
 
+@seam("serialize._numba_unpickle/_unpickled_memo, _rebuild_env, get_executable's module, "
+      "FunctionIdentity.func", "numba", WRITTEN_FOR, "kernels/runtime/detached.py")
+def detached_blocks() -> None:
+    from numba.core import bytecode, cpu, environment, serialize
+
+    require(list(inspect.signature(serialize._numba_unpickle).parameters)
+            == ["address", "bytedata", "hashed"] and isinstance(serialize._unpickled_memo, dict),
+            "machine code no longer unpickles through serialize._numba_unpickle(address, "
+            "bytedata, hashed) memoised in _unpickled_memo")
+    require(list(inspect.signature(environment._rebuild_env).parameters)
+            == ["modname", "consts", "env_name"]
+            and "_rebuild_env" in inspect.getsource(environment.Environment.__reduce__),
+            "environments are no longer rebuilt by _rebuild_env(modname, consts, env_name)")
+    source = inspect.getsource(cpu.CPUContext.get_executable)
+    require("_dynfunc.make_function(fndesc.lookup_module()" in source
+            and "fndesc.llvm_cpython_wrapper_name" in source,
+            "CPUContext.get_executable no longer makes its function as numba_internals does")
+    require("func" in inspect.getsource(bytecode.FunctionIdentity.from_function),
+            "FunctionIdentity no longer keeps the function it identifies")
+
+
 @seam("rtsys.initialize (nrtdynmod.compile_nrt_functions)", "numba", WRITTEN_FOR,
       "kernels/runtime/numba_runtime.py")
 def runtime_library() -> None:

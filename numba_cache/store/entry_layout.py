@@ -20,7 +20,8 @@ Entries by kind:
   compile result (:func:`overload_blob_name`), the symbols its code defines
   (:func:`symbols_blob_name`), the op kernels it calls by symbol
   (:func:`op_links_blob_name`) and the digest of its IR (:func:`ir_digest_blob_name`);
-  once per entry, its object-mode blocks (:data:`BLOCKS_BLOB`), the warnings of its
+  once per entry, its object-mode blocks (:data:`BLOCKS_BLOB`) and what they read of
+  PyTensor's dispatch (:data:`DETACHED_BLOB`), the warnings of its
   conversion (:data:`WARNINGS_BLOB`) and, for a C callback, the symbols its code needs
   (:data:`CFUNC_LINKS_BLOB`);
 - the **runtime**: :data:`RUNTIME_OBJECT_BLOB`, :data:`RUNTIME_BITCODE_BLOB`,
@@ -69,13 +70,17 @@ def overload_blob_names(signature) -> tuple[str, ...]:
     """The blobs that serve one signature's overload: its own, and the entry's
     object-mode blocks (which may name any signature's)."""
     return (overload_blob_name(signature), symbols_blob_name(signature),
-            op_links_blob_name(signature), ir_digest_blob_name(signature), BLOCKS_BLOB)
+            op_links_blob_name(signature), ir_digest_blob_name(signature), BLOCKS_BLOB,
+            DETACHED_BLOB)
 
 
 # -- Kernel entries: one blob of each kind per entry ------------------------------------
 
 #: The uuids of the object-mode blocks a kernel's code holds (:func:`encode_blocks`).
 BLOCKS_BLOB = "objmode_blocks"
+#: The namespaces those blocks read of PyTensor's dispatch, a pickle made and read by
+#: :mod:`numba_cache.kernels.runtime.detached`.
+DETACHED_BLOB = "objmode_namespaces"
 #: The warnings of a graph's conversion, told again on a hit (:func:`encode_warnings`).
 WARNINGS_BLOB = "warnings"
 #: What a C callback's code needs its process to define (:func:`encode_cfunc_links`).

@@ -137,17 +137,23 @@ class KernelCache(KernelLookup, KernelStorage, _Cache):
         (:func:`.blocks.compiled_here_unstored`): the kernel holding them is stored."""
         for dispatcher, signature, compiled in object_mode_blocks.compiled_here_unstored(blocks):
             block_key = object_mode_blocks.block_key(self._context, dispatcher, signature)
-            BlockCache(self._context, block_key).save_overload(signature, compiled)
+            BlockCache(self._context, block_key, object_mode_blocks.environment_reads(dispatcher)
+                       ).save_overload(signature, compiled)
 
 
 class BlockCache(KernelCache):
-    """The cache of an object-mode block's kernel (:mod:`.objmode`): stored with its
-    environment, and holding no block itself."""
+    """The cache of an object-mode block's kernel (:mod:`.objmode`), whose code reads the
+    globals `reads` (:func:`.blocks.environment_reads`): stored with its environment, and
+    holding no block itself."""
 
     object_mode = True
 
-    def __init__(self, context, key):
+    def __init__(self, context, key, reads: list[str]):
         super().__init__(context, key, source=None)
+        self._reads = reads
+
+    def _environment_reads(self) -> list[str]:
+        return self._reads
 
     def _blocks_held(self, llvm_ir: str, blobs: dict) -> list[str]:
         return []

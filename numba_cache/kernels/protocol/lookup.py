@@ -17,6 +17,7 @@ from numba_cache.kernels.outcomes import report
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable
 from numba_cache.kernels.protocol.serialize import load_compile_result
 from numba_cache.kernels.runtime import blocks as object_mode_blocks
+from numba_cache.kernels.runtime import detached
 from numba_cache.kernels.runtime import numba_runtime as runtime
 from numba_cache.store import Entry, entry_layout
 
@@ -175,6 +176,8 @@ def rebuild(context, entry: Entry, sig, target_context):
     try:
         object_mode_blocks.note_blocks(object_mode_blocks.named_blocks(
             *entry_layout.decode_blocks(entry.blobs.get(entry_layout.BLOCKS_BLOB))))
+        if entry_layout.DETACHED_BLOB in entry.blobs:
+            detached.remember(entry.blobs[entry_layout.DETACHED_BLOB])
         return load_compile_result(payload, target_context,
                                    entry.blobs.get(entry_layout.symbols_blob_name(sig)))
     except Exception as exc:  # any failure to rebuild means the entry is unusable

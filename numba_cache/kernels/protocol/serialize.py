@@ -21,7 +21,8 @@ Two departures from numba's cache, both to make a warm load cheap:
   defined in. numba rebuilds an environment by importing that module, which for
   PyTensor's kernels means importing all of its numba dispatch; nopython code
   never reads environment globals at run time. Object-mode code does: the
-  object-mode blocks persisted by :mod:`.objmode` keep their module.
+  object-mode blocks persisted by :mod:`.objmode` keep their module, found as
+  :mod:`.detached` says (without importing PyTensor's dispatch where it can).
 
 This is private numba API, hence the pinned numba range, the numba version in
 the fingerprint, and :func:`self_test`, which round-trips a tiny kernel once per
@@ -40,6 +41,7 @@ from numba.core.runtime import rtsys
 from numba_cache._compat import numba_internals
 from numba_cache.codegen import generated
 from numba_cache.kernels.protocol import stored_library
+from numba_cache.kernels.runtime import detached
 
 
 class _KernelPickler(serialize.NumbaPickler):
@@ -49,16 +51,31 @@ class _KernelPickler(serialize.NumbaPickler):
         return super().reducer_override(obj)
 
 
-def dump_compile_result(cres, keep_environment: bool = False) -> bytes:
-    """`cres` as bytes; `keep_environment` keeps its environment's own module.
+class _ObjectModePickler(serialize.NumbaPickler):
+    """Pickles environments against their own module, with the globals `reads` their
+    code reads (:func:`.detached.rebuild_environment`)."""
 
-    That is needed for object-mode code (see :mod:`.objmode`), which reads its
-    globals from the environment at run time.
-    """
-    pickler = serialize.NumbaPickler if keep_environment else _KernelPickler
+    def __init__(self, file, reads: list[str]):
+        super().__init__(file, protocol=4)
+        self._reads = reads
+
+    def reducer_override(self, obj):
+        if type(obj) is Environment:
+            return detached.rebuild_environment, (
+                numba_internals.environment_module(obj), self._reads,
+                *numba_internals.environment_state(obj))
+        return super().reducer_override(obj)
+
+
+def dump_compile_result(cres, environment_reads: list[str] | None = None) -> bytes:
+    """`cres` as bytes. Object-mode code (see :mod:`.objmode`) reads its globals from
+    its environment at run time: for it, `environment_reads` names them, and its
+    environment keeps its own module."""
     with io.BytesIO() as buffer:
-        pickler(buffer, protocol=4).dump(numba_internals.reduce_compile_result(
-            cres, every_environment=not keep_environment))
+        pickler = (_KernelPickler(buffer, protocol=4) if environment_reads is None
+                   else _ObjectModePickler(buffer, environment_reads))
+        pickler.dump(numba_internals.reduce_compile_result(
+            cres, every_environment=environment_reads is None))
         return buffer.getvalue()
 
 
@@ -70,7 +87,7 @@ def load_compile_result(payload: bytes, target_context, symbols: bytes | None = 
     load_library = None if symbols is None else (
         lambda codegen, state: stored_library.load(codegen, state, symbols))
     return numba_internals.rebuild_compile_result(
-        target_context, serialize.loads(payload), load_library)
+        target_context, serialize.loads(payload), load_library, detached.module_stand_in)
 
 
 def self_test() -> None:

@@ -18,6 +18,7 @@ from numba_cache.kernels.outcomes.uncacheable import Uncacheable, inspect_compil
 from numba_cache.kernels.protocol import stored_library
 from numba_cache.kernels.protocol.serialize import dump_compile_result
 from numba_cache.kernels.runtime import blocks as object_mode_blocks
+from numba_cache.kernels.runtime import detached
 from numba_cache.store import Entry, entry_layout
 
 
@@ -76,7 +77,7 @@ class KernelStorage:
     def _store_compiled(self, sig, cres, blobs: dict, blocks: list[str]) -> None:
         try:
             blobs[entry_layout.overload_blob_name(sig)] = dump_compile_result(
-                cres, keep_environment=self.object_mode)
+                cres, self._environment_reads())
             blobs[entry_layout.symbols_blob_name(sig)] = stored_library.defined_symbols(
                 cres.library)
         except Exception as exc:
@@ -87,9 +88,16 @@ class KernelStorage:
         object_mode_blocks.note_blocks(blocks)
         if blocks:
             blobs[entry_layout.BLOCKS_BLOB] = entry_layout.encode_blocks(blocks)
+            namespaces = detached.namespaces_of(blocks)
+            if namespaces is not None:
+                blobs[entry_layout.DETACHED_BLOB] = namespaces
         self._save(cacheable=True, verdict=None, blobs=blobs)
         self._stored(sig)
         self._store_blocks_compiled_here(blocks)
+
+    def _environment_reads(self) -> list[str] | None:
+        """The globals an object-mode kernel's code reads; None for nopython code."""
+        return None
 
     def _calls_blobs(self, sig) -> dict:
         """Blobs naming what the kernel for `sig` calls, to be loaded before it."""

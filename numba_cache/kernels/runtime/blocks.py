@@ -60,10 +60,23 @@ def compiled_here_unstored(blocks: list[str]) -> Iterator[tuple]:
 
 def block_key(context, dispatcher, signature):
     function = dispatcher.func_ir.func_id
-    return object_mode_key(numba_internals.dispatcher_uuid(dispatcher), f"{function.modname}.{function.func_qualname}",
+    return object_mode_key(numba_internals.dispatcher_uuid(dispatcher),
+                           f"{_module_of(dispatcher)}.{function.func_qualname}",
                            str(signature), context.fingerprint)
 
 
+def environment_reads(dispatcher) -> list[str]:
+    """The globals the block's code reads from its environment at run time."""
+    return sorted(numba_internals.ir_global_names(dispatcher.func_ir))
+
+
 def is_cached_block(dispatcher) -> bool:
-    return isinstance(dispatcher, ObjModeLiftedWith) and dispatcher.func_ir.func_id.modname.startswith(
+    return isinstance(dispatcher, ObjModeLiftedWith) and _module_of(dispatcher).startswith(
         CACHED_PACKAGES)
+
+
+def _module_of(dispatcher) -> str:
+    """The module of the function holding the block, by the name the function carries:
+    numba's ``func_id.modname`` reads ``<dynamic>`` for a function unpickled while its
+    module is not imported (:mod:`.detached`)."""
+    return numba_internals.block_function(dispatcher).__module__ or ""

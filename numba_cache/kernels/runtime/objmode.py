@@ -34,7 +34,13 @@ import warnings
 
 from numba.core import pythonapi, types
 
-from numba_cache.kernels.runtime.blocks import block_key, held_by_a_stored_kernel, is_cached_block
+from numba_cache.kernels.runtime import detached
+from numba_cache.kernels.runtime.blocks import (
+    block_key,
+    environment_reads,
+    held_by_a_stored_kernel,
+    is_cached_block,
+)
 from numba_cache.kernels.protocol.cache import BlockCache
 from numba_cache.kernels.context import current_context
 from numba_cache.store import StoreWarning
@@ -43,8 +49,10 @@ _numba_compile = pythonapi.ObjModeUtils._call_objmode_dispatcher
 
 
 def install() -> None:
-    """Compile PyTensor's object-mode blocks through the store from now on (idempotent)."""
+    """Compile PyTensor's object-mode blocks through the store from now on, and unpickle
+    them without importing PyTensor's dispatch where :mod:`.detached` can (idempotent)."""
     pythonapi.ObjModeUtils._call_objmode_dispatcher = staticmethod(_compile_through_store)
+    detached.install()
 
 
 def _compile_through_store(compile_args):
@@ -72,7 +80,8 @@ def _load_or_compile(compile_args, signature):
     context = current_context()
     if not context.enabled:
         return _numba_compile(compile_args)
-    cache = BlockCache(context, block_key(context, dispatcher, signature))
+    cache = BlockCache(context, block_key(context, dispatcher, signature),
+                       environment_reads(dispatcher))
     with cache.compiling():
         stored = cache.load_overload(signature, dispatcher.targetctx)
         if stored is not None:

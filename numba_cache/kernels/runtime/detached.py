@@ -1,0 +1,223 @@
+"""PyTensor's object-mode blocks run without importing PyTensor's numba dispatch.
+
+PyTensor's linear algebra and ``scipy.special`` kernels look their function pointers
+up in object-mode blocks (:mod:`.objmode`). The machine code holds each block pickled:
+its function by value, whose globals name PyTensor's lookups (``get_lapack_ptr`` of
+``pytensor.link.numba.dispatch.linalg._LAPACK``...) by reference; and a stored block's
+environment names its module. Unpickled, either imports that module and with it all of
+``pytensor.link.numba.dispatch`` (its package imports every op's dispatch): about 0.2 s,
+most of a warm start of a model holding a Cholesky factor.
+
+So the process storing a kernel that holds such blocks stores with it the *namespace*
+the blocks read from their modules (:func:`namespaces_of`): for each name their code
+reads, the module's value; functions of the dispatch by value (their code as installed,
+PyTensor's own, under the fingerprint's PyTensor version), anything else by reference.
+A value goes in only if carrying it changes nothing: a function of the dispatch must
+write no global and read only such values itself; no mutable container, no class or
+other object of the dispatch; and the namespace, unpickled, must import no module of
+the dispatch.
+
+A process loading that kernel keeps its namespaces (:func:`remember`). While a block's
+module is not imported, numba's unpickling in machine code (:func:`_unpickle`, put in
+place of numba's ``serialize._numba_unpickle`` by :func:`install`) and a stored block's
+environment (:func:`rebuild_environment`) take the names from them; a name they lack,
+or a module imported meanwhile (by anything), is found as numba finds it. The code that
+runs is the same either way; only the import is spared.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dis
+import io
+import pickle
+import sys
+import types
+
+import cloudpickle
+import numba
+
+from numba_cache import session
+from numba_cache._compat import numba_internals
+
+#: The package whose modules' namespaces are carried: importing any of them imports it all.
+DISPATCH = "pytensor.link.numba.dispatch"
+
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), numba.types.Type)
+_WRITES_GLOBALS = {"STORE_GLOBAL", "DELETE_GLOBAL"}
+
+
+def install() -> None:
+    """Unpickle machine code's constants with :func:`_unpickle` from now on (idempotent).
+
+    numba's ``_helperlib`` looks the unpickler up at the first unpickle of the process:
+    a process that ran object-mode code before importing numba_cache keeps numba's.
+    """
+    numba_internals.replace_unpickle(_unpickle)
+
+
+def namespaces_of(blocks: list[str]) -> bytes | None:
+    """The namespaces the blocks `blocks` (uuids) read from their modules of the dispatch,
+    pickled; None if there is none to carry (no such block compiled in this process)."""
+    namespaces: dict[str, dict] = {}
+    for uuid in blocks:
+        dispatcher = numba_internals.block_dispatcher(uuid)
+        if dispatcher is None:
+            continue
+        function = numba_internals.block_function(dispatcher)
+        module = sys.modules.get(function.__module__ or "")
+        if module is None or not _in_dispatch(module.__name__):
+            continue
+        names = _names_read(function.__code__) | numba_internals.ir_global_names(
+            dispatcher.func_ir)
+        namespace = namespaces.setdefault(module.__name__, {})
+        for name in sorted(names):
+            if name in vars(module) and _carriable(vars(module)[name], set()):
+                namespace[name] = vars(module)[name]
+    namespaces = {module: namespace for module, namespace in namespaces.items() if namespace}
+    return _pickled(namespaces) if namespaces else None
+
+
+def remember(blob: bytes) -> None:
+    """Keep the namespaces a loaded kernel's entry carries (:func:`namespaces_of`), to be
+    read when a block's module is needed and not imported."""
+    session.current().detached_pending.append(blob)
+
+
+def rebuild_environment(module: str, names: list[str], consts, env_name: str):
+    """A stored block's environment (numba's ``_rebuild_env``), its globals those of
+    `module`, or, while `module` is not imported, a namespace holding every name of
+    `names` (those its code reads)."""
+    namespace = None if module in sys.modules else _namespace(module)
+    if namespace is not None and not set(names) <= namespace.keys():
+        namespace = None
+    if namespace is not None:
+        namespace = {"__name__": module, "__builtins__": vars(builtins), **namespace}
+    return numba_internals.rebuild_environment(module, consts, env_name, namespace)
+
+
+def module_stand_in(module: str) -> types.ModuleType | None:
+    """An empty module named `module`, outside ``sys.modules``, where a stored block's
+    entry point needs the module only for its name and it is not imported but carried."""
+    if module in sys.modules or not _in_dispatch(module) or _namespace(module) is None:
+        return None
+    return types.ModuleType(module)
+
+
+def _unpickle(address, bytedata: bytes, hashed: bytes):
+    """numba's ``serialize._numba_unpickle`` (memoised alike), finding a name of a module
+    of the dispatch not imported in the namespaces remembered."""
+    memo = numba_internals.unpickled_memo()
+    key = (address, hashed)
+    try:
+        return memo[key]
+    except KeyError:
+        state = session.current()
+        if state.detached_pending or state.detached_namespaces:
+            obj = _DetachedUnpickler(io.BytesIO(bytedata)).load()
+        else:
+            obj = pickle.loads(bytedata)  # what numba's does (cloudpickle.loads)
+        memo[key] = obj
+        return obj
+
+
+class _DetachedUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if _in_dispatch(module) and module not in sys.modules:
+            namespace = _namespace(module)
+            if namespace is not None and name in namespace:
+                return namespace[name]
+        return super().find_class(module, name)
+
+
+def _namespace(module: str) -> dict | None:
+    """The namespace remembered for `module`, the pending blobs read first."""
+    state = session.current()
+    while state.detached_pending:
+        for name, namespace in pickle.loads(state.detached_pending.pop()).items():
+            kept = state.detached_namespaces.setdefault(name, {})
+            for key, value in namespace.items():
+                kept.setdefault(key, value)
+    return state.detached_namespaces.get(module)
+
+
+def _pickled(namespaces: dict) -> bytes | None:
+    """`namespaces` pickled with the dispatch's functions by value; None if unpickling it
+    would still import a module of the dispatch."""
+    dispatch = sys.modules.get(DISPATCH)
+    if dispatch is None:
+        return None
+    registered = DISPATCH in cloudpickle.list_registry_pickle_by_value()
+    if not registered:
+        cloudpickle.register_pickle_by_value(dispatch)
+    try:
+        blob = cloudpickle.dumps(namespaces, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        if not registered:
+            cloudpickle.unregister_pickle_by_value(dispatch)
+    found = _ModulesFound(io.BytesIO(blob))
+    found.load()
+    return None if any(_in_dispatch(module) for module in found.modules) else blob
+
+
+class _ModulesFound(pickle.Unpickler):
+    """Unpickles, noting the module of every object found by reference."""
+
+    def __init__(self, file):
+        super().__init__(file)
+        self.modules = set()
+
+    def find_class(self, module, name):
+        self.modules.add(module)
+        return super().find_class(module, name)
+
+
+def _carriable(value, seen: set) -> bool:
+    """Whether `value`, read by a block from its module, is the same carried in a
+    namespace: found by reference outside the dispatch, or a pure function of it."""
+    if isinstance(value, types.ModuleType):
+        return not _in_dispatch(value.__name__)
+    if isinstance(value, type):
+        return not _in_dispatch(value.__module__)
+    if isinstance(value, types.FunctionType):
+        return not _in_dispatch(value.__module__ or "") or _pure(value, seen)
+    if isinstance(value, (tuple, frozenset)):
+        return all(_carriable(member, seen) for member in value)
+    if isinstance(value, types.BuiltinFunctionType):
+        return True
+    return isinstance(value, _IMMUTABLE)
+
+
+def _pure(function: types.FunctionType, seen: set) -> bool:
+    """Whether `function`, carried by value, computes what it computes in its module:
+    it writes no global, and what it reads of its globals and closure is carriable."""
+    if id(function) in seen:
+        return True
+    seen.add(id(function))
+    code = function.__code__
+    if any(instruction.opname in _WRITES_GLOBALS for instruction in _instructions(code)):
+        return False
+    cells = [cell.cell_contents for cell in function.__closure__ or ()]
+    read = [function.__globals__[name] for name in sorted(_names_read(code))
+            if name in function.__globals__]
+    return all(_carriable(value, seen) for value in [*cells, *read])
+
+
+def _names_read(code: types.CodeType) -> set[str]:
+    """The names `code` and the code nested in it refer to (attributes included)."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            names |= _names_read(constant)
+    return names
+
+
+def _instructions(code: types.CodeType):
+    yield from dis.get_instructions(code)
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _instructions(constant)
+
+
+def _in_dispatch(module: str) -> bool:
+    return module == DISPATCH or module.startswith(DISPATCH + ".")
