@@ -36,6 +36,13 @@ CODEGEN = 6
 #: (``keys/kernels.py``: ``graph_code_key``), their IR digested without their name.
 GRAPH_BODY = 4
 
+#: The stored form of an object-mode block, part of its key.
+#: 1: its environment is rebuilt by ``kernels/runtime/detached.py`` (from the names its
+#: kernel's entry carries, while PyTensor's dispatch is not imported); unversioned
+#: entries name numba's ``_rebuild_env``, and a numba_cache without that module cannot
+#: load the new ones.
+OBJMODE_BLOCK = 1
+
 #: The body of graph kernels with their op kernels linked in (``NBCACHE_LINK_OPS``, the
 #: linked build), part of their keys only, beside :data:`GRAPH_BODY`.
 #: 1: the body is one LLVM function whatever its number of calls: split in parts, a

@@ -61,7 +61,8 @@ def rebuild_compile_result(target_context, reduced: tuple, load_library=None,
     `load_library(codegen, library_state)`, if given, loads its code library in place of
     numba's ``unserialize_library``; the rest is ``_rebuild``'s own steps. With it,
     `module_stand_in(name)`, if given, may return an object standing for the module of
-    that name in the entry point (``get_executable`` imports the module only to name it).
+    that name in the entry point of object-mode code (``get_executable`` imports the
+    module only to name it).
     """
     from numba.core.compiler import CompileResult
 
@@ -72,7 +73,8 @@ def rebuild_compile_result(target_context, reduced: tuple, load_library=None,
     for function in reload_init or ():
         function()
     library = load_library(target_context.codegen(), library_state)
-    stand_in = None if module_stand_in is None else module_stand_in(fndesc.modname)
+    stand_in = (module_stand_in(fndesc.modname)
+                if objectmode and module_stand_in is not None else None)
     compiled = CompileResult(
         target_context=target_context, typing_context=target_context.typing_context,
         library=library, environment=environment,
@@ -414,3 +416,11 @@ def unpickled_memo() -> dict:
     from numba.core import serialize
 
     return serialize._unpickled_memo
+
+
+def initialize_extensions() -> None:
+    """Load numba's extensions (the ``numba_extensions`` entry points), once per process,
+    as numba's dispatchers do before their first compile (``entrypoints.init_all``)."""
+    from numba.core import entrypoints
+
+    entrypoints.init_all()

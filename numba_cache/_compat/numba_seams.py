@@ -148,6 +148,19 @@ def detached_blocks() -> None:
             "FunctionIdentity no longer keeps the function it identifies")
 
 
+@seam("Dispatcher._compilation_chain_init_hook (entrypoints.init_all)", "numba", WRITTEN_FOR,
+      "kernels/protocol/dispatcher.py, kernels/protocol/self_contained.py")
+def extension_loading() -> None:
+    from numba.core import dispatcher, entrypoints
+
+    require("self._compilation_chain_init_hook()" in inspect.getsource(
+        dispatcher._DispatcherBase._compile_for_args),
+            "dispatchers no longer load numba's extensions through _compilation_chain_init_hook")
+    require("entrypoints.init_all()" in inspect.getsource(
+        dispatcher._DispatcherBase._compilation_chain_init_hook) and callable(entrypoints.init_all),
+            "numba's extensions are no longer loaded by entrypoints.init_all")
+
+
 @seam("rtsys.initialize (nrtdynmod.compile_nrt_functions)", "numba", WRITTEN_FOR,
       "kernels/runtime/numba_runtime.py")
 def runtime_library() -> None:

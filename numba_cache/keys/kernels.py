@@ -140,6 +140,7 @@ def object_mode_key(block_uuid: str, function: str, signature: str, fingerprint)
         {
             "fingerprint": fingerprint.digest,
             "codegen": versions.CODEGEN,
+            "block_format": versions.OBJMODE_BLOCK,
             BLOCK_COMPONENT: block_uuid,
             "function": function,
             "signature": signature,

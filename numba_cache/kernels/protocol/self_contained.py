@@ -57,6 +57,7 @@ class SelfContainedCompiler(Compiler):
     library_class = SelfContainedLibrary
 
     def compile_extra(self, func):
+        numba_internals.initialize_extensions()  # see .dispatcher.CachedDispatcher
         if self.state.library is None:
             codegen = self.state.targetctx.codegen()
             if numba_internals.creates_jit_libraries(codegen):
