@@ -18,7 +18,7 @@ other object of the dispatch; and the namespace, unpickled, must import no modul
 the dispatch.
 
 A process loading that kernel keeps its namespaces (:func:`remember`). While a block's
-module is not imported, numba's unpickling in machine code (:func:`_unpickle`, put in
+module is not imported, numba's unpickling in machine code (:func:`_unpickler`, put in
 place of numba's ``serialize._numba_unpickle`` by :func:`install`) and a stored block's
 environment (:func:`rebuild_environment`) take the names from them; a name they lack,
 or a module imported meanwhile (by anything), is found as numba finds it. The code that
@@ -48,12 +48,12 @@ _WRITES_GLOBALS = {"STORE_GLOBAL", "DELETE_GLOBAL"}
 
 
 def install() -> None:
-    """Unpickle machine code's constants with :func:`_unpickle` from now on (idempotent).
+    """Unpickle machine code's constants with an :func:`_unpickler` from now on (idempotent).
 
     numba's ``_helperlib`` looks the unpickler up at the first unpickle of the process:
     a process that ran object-mode code before importing numba_cache keeps numba's.
     """
-    numba_internals.replace_unpickle(_unpickle)
+    numba_internals.replace_unpickle(_unpickler(numba_internals.unpickled_memo()))
 
 
 def namespaces_of(blocks: list[str]) -> bytes | None:
@@ -104,21 +104,30 @@ def module_stand_in(module: str) -> types.ModuleType | None:
     return types.ModuleType(module)
 
 
-def _unpickle(address, bytedata: bytes, hashed: bytes):
-    """numba's ``serialize._numba_unpickle`` (memoised alike), finding a name of a module
-    of the dispatch not imported in the namespaces remembered."""
-    memo = numba_internals.unpickled_memo()
-    key = (address, hashed)
-    try:
-        return memo[key]
-    except KeyError:
-        state = session.current()
-        if state.detached_pending or state.detached_namespaces:
-            obj = _DetachedUnpickler(io.BytesIO(bytedata)).load()
-        else:
-            obj = pickle.loads(bytedata)  # what numba's does (cloudpickle.loads)
-        memo[key] = obj
-        return obj
+def _unpickler(memo: dict):
+    """numba's ``serialize._numba_unpickle`` over numba's `memo`, finding a name of a module
+    of the dispatch not imported in the namespaces remembered.
+
+    Machine code calls it each time it needs a pickled constant (boxing an array's
+    dtype, on every call returning one): a hit in `memo` costs what numba's does.
+    """
+
+    def unpickle(address, bytedata: bytes, hashed: bytes):
+        key = (address, hashed)
+        try:
+            return memo[key]
+        except KeyError:
+            obj = memo[key] = _load(bytedata)
+            return obj
+
+    return unpickle
+
+
+def _load(bytedata: bytes):
+    state = session.current()
+    if state.detached_pending or state.detached_namespaces:
+        return _DetachedUnpickler(io.BytesIO(bytedata)).load()
+    return pickle.loads(bytedata)  # what numba's does (cloudpickle.loads)
 
 
 class _DetachedUnpickler(pickle.Unpickler):
