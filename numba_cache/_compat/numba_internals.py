@@ -403,13 +403,6 @@ def replace_unpickle(function) -> None:
     serialize._numba_unpickle = function
 
 
-def numba_unpickle():
-    """numba's own ``serialize._numba_unpickle``, or what replaced it."""
-    from numba.core import serialize
-
-    return serialize._numba_unpickle
-
-
 def unpickled_memo() -> dict:
     """What machine code unpickled, by (address of the pickle, its sha1): numba's
     ``serialize._unpickled_memo``, which keeps each object alive and unpickled once."""
