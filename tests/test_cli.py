@@ -396,6 +396,19 @@ def test_explain_names_the_fingerprint_component_that_changed(store, tmp_path):
     assert len([line for line in lines if "fastmath: True → False" in line]) >= 3  # every kind
 
 
+def test_explain_a_rewrite_miss_beside_a_data_bound_entry(store, tmp_path):
+    """A data-bound rewrite leaves an entry with no key components (no fingerprint among
+    them): explaining a later rewrite miss compares with it and must not fail."""
+    data_mean = "x - pt.as_tensor(np.linspace({}, 2.0, 40)).mean()"  # folded: data-bound
+    run_python(program(data_mean.format(1.0)) + "print('{}')")
+    target = tmp_path / "other_data.py"
+    target.write_text(program(data_mean.format(0.5)))
+    result = numba_cache("explain", str(target), "--json")
+    assert result.returncode == 0, result.stderr
+    lookups = json.loads(result.stdout)["lookups"]
+    assert "miss" in {lookup["decision"] for lookup in lookups if lookup["kind"] == "rewrite"}
+
+
 def test_nbcache_log_debug_logs_each_lookup_with_its_decision(store, compiled):
     result = run_python(program(EXP) + "print('{}')", {"NBCACHE_LOG": "debug"})
     lines = [line for line in result["stderr"].splitlines() if line.startswith("numba_cache DEBUG")]

@@ -44,6 +44,7 @@ from numba_cache.kernels.outcomes.report import Lookup, observe_lookups
 from numba_cache.keys.components import DIGEST_DIGITS, brief, is_description, is_node_list
 from numba_cache.logs import logger
 from numba_cache.store import CorruptEntry, Entry, Store, StoreWarning
+from numba_cache.store.entry import is_sha256_hex
 
 #: How a component missing on one side reads.
 ABSENT = "absent"
@@ -139,7 +140,9 @@ def explain_lookups(
     lookups = list(lookups)
     fingerprints = {lookup.fingerprint.digest: lookup.fingerprint.components for lookup in lookups}
 
-    def fingerprint_components(digest: str) -> dict | None:
+    def fingerprint_components(digest: object) -> dict | None:
+        if not (isinstance(digest, str) and is_sha256_hex(digest)):
+            return None  # a component read from disk, perhaps of no fingerprint at all
         if digest not in fingerprints:
             fingerprints[digest] = store.fingerprint_components(digest)
         return fingerprints[digest]
@@ -264,7 +267,7 @@ def _likeness(old: dict, new: dict, fingerprint_components: Callable[[str], dict
             score += 1
         elif is_node_list(value) and is_node_list(other):
             score += _shared_ops(other, value)
-        elif name == "fingerprint" and isinstance(other, str):
+        elif name == "fingerprint" and other is not ABSENT:
             old_components, new_components = fingerprint_components(other), fingerprint_components(value)
             if old_components and new_components:
                 names = old_components.keys() | new_components.keys()
