@@ -1,14 +1,23 @@
 """Where one compile's time goes: rewriting, op conversion, keys, op loads, numba's glue.
 
-Usage: python benchmarks/phases.py FUNCTION [KWARGS] [--mode MODE]
+Usage: python benchmarks/phases.py FUNCTION [KWARGS] [--mode MODE] [--json]
+       python benchmarks/phases.py --models [--json]
 
 Compiles ``numba_cache.evaluation.models.FUNCTION(**KWARGS)`` once in this process
 (KWARGS a Python dict literal) against the store and PyTensor cache the
 environment names, and prints the time of each phase, measured by wrapping the
-functions that do it (inclusive times; a phase nested in another is listed
-under it). Run it after filling a store to see what a warm, variant or new-model
-compile spends. The wrapping costs a few microseconds a call: figures for
-comparison between modes come from ``benchmarks/run.py``.
+functions that do it (inclusive times, a call within another of the same phase
+counted once; a phase nested in another is listed under it), with its share of
+the compile. Run it after filling a store to see
+what a warm, variant or new-model compile spends.
+
+With ``--models``, every benchmark model (:data:`benchmarks.suite.MODELS`) is
+compiled in fresh processes on caches of its own, in the benchmark's order: cold,
+warm, then the new model and each structural edit on the caches as the warm step
+left them; one table per model gives each phase's share of each step.
+
+The wrapping costs a few microseconds a call: figures for comparison between
+modes come from ``benchmarks/run.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +26,11 @@ import argparse
 import ast
 import functools
 import inspect
+import json
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -59,46 +72,140 @@ def _wrap(totals: dict, counts: dict, phase: str, module_name: str, path: str) -
     for parent in parents:
         owner = getattr(owner, parent)
     original = getattr(owner, name)
+    active = [0]  # a call inside another of the same phase (a nested compile) is in its time
 
     @functools.wraps(original)
     def timed(*args, **kwargs):
         begin = time.perf_counter()
+        active[0] += 1
         try:
             return original(*args, **kwargs)
         finally:
-            totals[phase] += time.perf_counter() - begin
+            active[0] -= 1
+            if not active[0]:
+                totals[phase] += time.perf_counter() - begin
             counts[phase] += 1
 
     static = isinstance(inspect.getattr_static(owner, name), staticmethod)
     setattr(owner, name, staticmethod(timed) if static else timed)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("function")
-    parser.add_argument("kwargs", nargs="?", default="{}")
-    parser.add_argument("--mode", default="NUMBA_CACHE")
-    args = parser.parse_args(argv)
-
+def measure(function_name: str, kwargs: dict, mode: str) -> dict:
+    """Compile and call one model in this process: its total time, and each phase's time
+    and number of calls (phases that did not run are left out)."""
     import pytensor
 
     import numba_cache
     from numba_cache.evaluation import models
 
-    model = getattr(models, args.function)(**ast.literal_eval(args.kwargs))
+    model = getattr(models, function_name)(**kwargs)
     totals, counts = defaultdict(float), defaultdict(int)
     for phase, module_name, path in PHASES:
         _wrap(totals, counts, phase, module_name, path)
     begin = time.perf_counter()
-    function = pytensor.function(model.inputs, model.outputs, mode=args.mode)
+    function = pytensor.function(model.inputs, model.outputs, mode=mode)
     function(*model.point)
     total = time.perf_counter() - begin
+    return {"seconds": total,
+            "phases": {phase.strip(): {"seconds": totals[phase], "calls": counts[phase],
+                                       "depth": _depth(phase)}
+                       for phase, _, _ in PHASES if counts[phase]},
+            "counters": dict(numba_cache.session_stats())}
+
+
+def _depth(phase: str) -> int:
+    """How deep `phase` is nested in another, by its indentation in :data:`PHASES`."""
+    return (len(phase) - len(phase.lstrip())) // 2
+
+
+def every_model() -> dict:
+    """Each benchmark model's steps measured in fresh processes: {model: {step: measure}}."""
+    from benchmarks.modes import MODES
+    from benchmarks.suite import MODELS
+
+    results = {}
+    for model in MODELS.values():
+        steps = [("cold", {}), ("warm", {})]
+        later = ([("new model", model.new_model)] if model.new_model is not None else [])
+        later += [(f"edit: {edit}", {"edit": edit}) for edit in model.edits]
+        with tempfile.TemporaryDirectory(prefix="phases-") as directory:
+            workdir = Path(directory) / "work"
+            environment = MODES["NUMBA_CACHE"].environment(workdir)
+            measured = {}
+            for step, kwargs in steps:
+                measured[step] = _measure_in_child(model.function, kwargs, environment)
+            warm_state = Path(directory) / "after-warm"
+            shutil.copytree(workdir, warm_state, symlinks=True)
+            for step, kwargs in later:  # each after the base alone, as the benchmark
+                shutil.rmtree(workdir)
+                shutil.copytree(warm_state, workdir, symlinks=True)
+                measured[step] = _measure_in_child(model.function, kwargs, environment)
+        results[model.name] = measured
+        print(f"{model.name}: {', '.join(measured)}", file=sys.stderr, flush=True)
+    return results
+
+
+def _measure_in_child(function_name: str, kwargs: dict, environment: dict) -> dict:
+    process = subprocess.run(
+        [sys.executable, __file__, function_name, repr(kwargs), "--json"],
+        env=environment, capture_output=True, text=True)
+    if process.returncode != 0:
+        last = [line for line in process.stderr.splitlines() if line.strip()][-1:]
+        raise RuntimeError(f"{function_name}({kwargs}) failed: {''.join(last)}")
+    return json.loads(process.stdout.splitlines()[-1])
+
+
+def _share_table(measured: dict) -> list[str]:
+    """One row per phase that ran in any step, one column per step: seconds and share."""
+    steps = list(measured)
+    width = max(len(phase) for phase, _, _ in PHASES)
+    lines = ["  " + "phase".ljust(width) + "".join(f"  {step[:16]:>16}" for step in steps),
+             "  " + "total (pytensor.function and first call)".ljust(width)
+             + "".join(f"  {measured[step]['seconds']:>14.3f} s" for step in steps)]
+    for phase, _, _ in PHASES:
+        if not any(phase.strip() in measured[step]["phases"] for step in steps):
+            continue
+        cells = []
+        for step in steps:
+            found = measured[step]["phases"].get(phase.strip())
+            cells.append("—" if found is None else
+                         f"{found['seconds']:.3f} {found['seconds'] / measured[step]['seconds']:4.0%}")
+        lines.append("  " + phase.ljust(width) + "".join(f"  {cell:>16}" for cell in cells))
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("function", nargs="?")
+    parser.add_argument("kwargs", nargs="?", default="{}")
+    parser.add_argument("--mode", default="NUMBA_CACHE")
+    parser.add_argument("--models", action="store_true",
+                        help="every benchmark model, cold, warm, new model and edits")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    if args.models == (args.function is not None):
+        parser.error("name one FUNCTION, or --models")
+    if args.models:
+        results = every_model()
+        if args.json:
+            print(json.dumps(results, indent=1))
+            return 0
+        for name, measured in results.items():
+            print(f"{name} (seconds, share of the step's compile):")
+            print("\n".join(_share_table(measured)))
+        return 0
+
+    result = measure(args.function, ast.literal_eval(args.kwargs), args.mode)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    total = result["seconds"]
     print(f"{args.function}({args.kwargs}) in {args.mode}: {total:.3f} s "
           f"(pytensor.function and first call)")
-    for phase, _, _ in PHASES:
-        if counts[phase]:
-            print(f"  {totals[phase]:7.3f} s  {counts[phase]:5d}x  {phase}")
-    print("  counters:", dict(numba_cache.session_stats()))
+    for phase, found in result["phases"].items():
+        print(f"  {found['seconds']:7.3f} s  {found['seconds'] / total:4.0%}  "
+              f"{found['calls']:5d}x  {'  ' * found['depth']}{phase}")
+    print("  counters:", result["counters"])
     return 0
 
 

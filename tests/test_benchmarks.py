@@ -50,3 +50,30 @@ def test_smoke_run_writes_results_plot_and_samples(tmp_path):
     assert set(samples) == {"radon"}
     assert set(samples["radon"]) == {"NUMBA_CACHE", "NUMBA"}
     assert all(len(samples["radon"][mode]["cold"]) == 1 for mode in samples["radon"])
+
+
+PHASES = Path(__file__).parents[1] / "benchmarks" / "phases.py"
+
+
+@pytest.mark.slow
+def test_phases_tell_a_cold_compile_from_a_warm_one(tmp_path):
+    """The phase profile of a cold compile shows numba compiling; of a warm one, loads only."""
+    from benchmarks.modes import MODES
+
+    environment = MODES["NUMBA_CACHE"].environment(tmp_path)
+
+    def measured() -> dict:
+        process = subprocess.run(
+            [sys.executable, str(PHASES), "radon_model", "{'groups': 4}", "--json"],
+            env=environment, capture_output=True, text=True, timeout=300, check=False)
+        assert process.returncode == 0, process.stderr[-3000:]
+        return json.loads(process.stdout.splitlines()[-1])
+
+    cold, warm = measured(), measured()
+    typing = "numba: type inference (nested compiles included)"
+    loads = "kernel loads from the store (all kinds)"
+    assert cold["counters"]["rewrite.miss"] == 1 and warm["counters"]["rewrite.hit"] == 1
+    assert typing in cold["phases"] and typing not in warm["phases"]
+    assert warm["phases"][loads]["calls"] >= warm["counters"]["op.hit"]
+    for run in (cold, warm):
+        assert all(0 < phase["seconds"] <= run["seconds"] for phase in run["phases"].values())
