@@ -36,6 +36,7 @@ ALLOWED = {
     "numba_cache.kernels.assembly.graph_body._unpacker": "the numba function unpacking a "
     "tuple of a length",
     "numba_cache.kernels.probes._symbol_call_probe": "the self-test's probe compiled once",
+    "numba_cache.kernels.probes._op_kernel_probe": "the self-test's op kernel compiled once",
     "numba_cache.integration.nutpie._seams_hold": "nutpie's seams, checked once",
     "numba_cache.integration.nutpie._module_source_digest": "nutpie's version and source digest",
     "numba_cache.codegen.lifted_constants._one_element_tensors": "the same tensors for the "

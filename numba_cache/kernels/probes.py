@@ -35,17 +35,28 @@ def compile_results() -> None:
     self_test()  # compiles, serializes, rebuilds and calls a tiny kernel
 
 
-@probe("CPUCodeLibrary._optimize_final_module", "numba", WRITTEN_FOR, "kernels/protocol/self_contained.py")
-def final_module_hook() -> None:
+@functools.cache
+def _op_kernel_probe():
+    """The compile result of a kernel compiled as op kernels are (times 3, for a float):
+    self-contained, without numba's CPython and cfunc wrappers. Compiled once for the
+    seams that read it (the self-test is part of a store's first compile)."""
     import numba
 
-    from numba_cache.kernels.protocol.self_contained import SelfContainedCompiler, is_self_contained
+    from numba_cache.kernels.protocol.self_contained import SelfContainedCompiler
 
-    dispatcher = numba.core.registry.CPUDispatcher(
-        py_func=lambda x: x + 1.0, locals={}, targetoptions={"nopython": True},
+    kernel = numba.core.registry.CPUDispatcher(
+        py_func=lambda x: x * 3.0, locals={},
+        targetoptions={"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True},
         pipeline_class=SelfContainedCompiler)
-    dispatcher.compile((numba.float64,))
-    library = dispatcher.overloads[(numba.float64,)].library
+    kernel.compile((numba.float64,))
+    return kernel.overloads[(numba.float64,)]
+
+
+@probe("CPUCodeLibrary._optimize_final_module", "numba", WRITTEN_FOR, "kernels/protocol/self_contained.py")
+def final_module_hook() -> None:
+    from numba_cache.kernels.protocol.self_contained import is_self_contained
+
+    library = _op_kernel_probe().library
     require(type(library).__name__ == "SelfContainedLibrary",
             "the compiler pipeline no longer takes the library from state.library")
     require(is_self_contained(library), "_optimize_final_module is no longer called")
@@ -58,7 +69,6 @@ def stored_libraries() -> None:
     numba's loader would register, and hands its linking module to whatever links it.
     (That the engine then knows them cannot be seen here, where the probe's own compile
     registered them: a warm process that loads a kernel fails without them.)"""
-    import numba
     from numba.core import codegen, compiler
 
     from numba_cache._compat import numba_internals
@@ -76,9 +86,7 @@ def stored_libraries() -> None:
     require("library._get_module_for_linking()" in inspect.getsource(codegen.CPUCodeLibrary.finalize),
             "numba no longer links a library in through _get_module_for_linking")
 
-    probe = numba.njit(cache=False)(lambda x: x * 2.0)
-    probe.compile((numba.float64,))
-    compiled = probe.overloads[(numba.float64,)]
+    compiled = _op_kernel_probe()
     symbols = stored_library.defined_symbols(compiled.library)
     state = numba_internals.reduce_compile_result(compiled)[0]
     library = stored_library.load(compiled.library.codegen, state, symbols)
@@ -94,7 +102,7 @@ def stored_libraries() -> None:
 
 @functools.cache
 def _symbol_call_probe() -> tuple:
-    """A callee (times 3) and a caller of it by symbol compiled as a graph kernel is,
+    """A callee (:func:`_op_kernel_probe`) and a caller of it by symbol compiled as a graph kernel is,
     its body emitted by :mod:`numba_cache.kernels.assembly.graph_body`: their compile results,
     once the caller gave 6 for 2, and whether the caller compiled with numba's
     registries installed leanly (:class:`numba_cache.kernels.assembly.glue.GlueCompiler`).
@@ -106,13 +114,11 @@ def _symbol_call_probe() -> tuple:
     from numba_cache.kernels.assembly.glue import GlueCompiler
     from numba_cache.kernels.assembly.graph_body import graph_body
 
-    callee = numba.core.registry.CPUDispatcher(
-        py_func=lambda x: x * 3.0, locals={},
-        targetoptions={"nopython": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True})
+    callee = _op_kernel_probe()
 
     def serve(kernel, signature):
-        callee.compile(signature)
-        return callee.overloads[signature], True
+        require(signature == callee.signature.args, f"the probe's caller typed {signature}")
+        return callee, True
 
     body = graph_body(["x"], {}, [Step("k0", ("x",), ("v0_0",))], ["v0_0"], serve)
     caller = numba.core.registry.CPUDispatcher(
@@ -120,8 +126,8 @@ def _symbol_call_probe() -> tuple:
         pipeline_class=GlueCompiler)
     full_refreshes = GlueCompiler.full_refreshes
     require(caller(2.0) == (6.0,), "a call by symbol returned a wrong value")
-    [callee_compiled], [caller_compiled] = callee.overloads.values(), caller.overloads.values()
-    return callee_compiled, caller_compiled, GlueCompiler.full_refreshes == full_refreshes
+    [caller_compiled] = caller.overloads.values()
+    return callee, caller_compiled, GlueCompiler.full_refreshes == full_refreshes
 
 
 @probe("calls by symbol (call_conv, fndesc.mangled_name)", "numba", WRITTEN_FOR,
