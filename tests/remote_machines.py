@@ -22,7 +22,7 @@ OTHER_SECRET = "another-team-secret-0123456789"
 GRAPHS = ["sumexp", "tanh"]
 
 CHILD = """
-import json, os, signal, time
+import json, os, signal, sys, time
 import numba_cache, reliability
 from numba_cache import settings
 from numba_cache.evaluation.compile_events import count_numba_compiles
@@ -51,6 +51,7 @@ for step in {steps!r}:
     report["expected"] |= result["expected"]
     report["warnings"] += result["warnings"]
     report.setdefault("lookups", {{}}).update(result["lookups"])
+report["clients_imported"] = sorted({{"redis", "obstore"}} & set(sys.modules))
 report["counters"] = Store(settings.current()).stats()["counters"]
 report["fingerprint"] = result["fingerprint"]
 print(json.dumps(report))

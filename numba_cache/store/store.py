@@ -55,7 +55,13 @@ class Store(Maintenance, SideFilesOfStore):
         self._side_files = SideFiles(self._backend, self.root, writable)
         self._locks = EntryLocks(self.root, lock_timeout=settings.lock_timeout, enabled=writable,
                                  on_disk_failure=disk_refused)
-        self.remote: RemoteTier | None = open_tier_for_store(settings, self.count)
+
+    @functools.cached_property
+    def remote(self) -> RemoteTier | None:
+        """The remote tier, opened at its first use: a process whose lookups all hit
+        locally neither reads the secret nor imports the server's client (``redis``
+        takes about 0.1 s, as long as a whole warm compile)."""
+        return open_tier_for_store(self.settings, self.count)
 
     def load(self, fingerprint: str, key: str) -> Entry | None:
         """The entry with its blobs, or None if there is none (or it is corrupt).
