@@ -9,6 +9,8 @@ the blocks' globals). All three give the same bits, and the same as ``NUMBA`` mo
 
 from __future__ import annotations
 
+import types
+
 import pytest
 from helpers import run_python
 
@@ -32,6 +34,7 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     values = pytensor.function([a, b], outputs, mode="NUMBA_CACHE")(*points)
 dispatch_imported = "pytensor.link.numba.dispatch" in sys.modules
+linalg_imported = "numba.np.linalg" in sys.modules
 numba_bits = None
 if COMPARE_WITH_NUMBA:
     numba_values = pytensor.function([a, b], outputs, mode="NUMBA")(*points)
@@ -40,6 +43,7 @@ print(json.dumps({
     "bits": [np.asarray(v).tobytes().hex() for v in values],
     "numba_bits": numba_bits,
     "dispatch_imported": dispatch_imported,
+    "linalg_imported": linalg_imported,
     "stats": dict(numba_cache.session_stats()),
     "warnings": [str(w.message) for w in caught if "numba_cache" in str(w.message)],
 }))
@@ -60,6 +64,7 @@ def test_a_warm_process_runs_stored_blocks_without_the_dispatch_and_gives_the_sa
 
     warm = run_python(_child())
     assert not warm["dispatch_imported"], warm["stats"]
+    assert not warm["linalg_imported"]  # numba's get_blas_kind carried by value
     assert warm["stats"].get("objmode.hit", 0) >= 2 and "objmode.miss" not in warm["stats"], (
         warm["stats"])
     assert warm["bits"] == cold["bits"]
@@ -85,6 +90,17 @@ def test_a_function_reading_a_mutable_global_is_not_carried():
 
 def test_a_function_reading_functions_and_constants_is_carried():
     assert detached._pure(_reads_a_function_and_a_constant, set())
+
+
+def test_numba_functions_reading_only_tables_numba_never_writes_are_carried():
+    from numba.np import linalg
+
+    assert detached._pure(linalg.get_blas_kind, set())
+    # The same code reading a table of that module numba_cache does not know as never written:
+    reads_another_table = types.FunctionType(
+        _reads_a_table.__code__, {"_TABLE": {"float64": "d"}, "__name__": "numba.np.linalg"})
+    reads_another_table.__module__ = "numba.np.linalg"
+    assert not detached._carriable(reads_another_table, set())
 
 
 def test_values_of_the_dispatch_other_than_pure_functions_are_not_carried():

@@ -14,6 +14,11 @@ from numba_cache import session
 #: The prefix of the LLVM globals that hold a function's environment pointer.
 ENVIRONMENT_GLOBAL_PREFIX = "_ZN08NumbaEnv"
 
+#: Module-level containers of numba's that numba fills where it defines them and never
+#: writes again: a copy reads as the original does. ``get_blas_kind`` reads
+#: ``_blas_kinds`` (numba types to BLAS letters) for PyTensor's pointer lookups.
+NEVER_WRITTEN = {"numba.np.linalg": frozenset({"_blas_kinds"})}
+
 
 def reduce_compile_result(cres, every_environment: bool = False) -> tuple:
     """What numba's own cache pickles of a compile result (``CompileResult._reduce``).

@@ -5,9 +5,12 @@ Each check looks at numba as installed; see :mod:`numba_cache._compat`.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import re
+from pathlib import Path
 
-from numba_cache._compat import numba_unique_ids, require, seam
+from numba_cache._compat import numba_internals, numba_unique_ids, require, seam
 
 __all__ = ["numba_unique_ids"]  # its seam registers on import
 
@@ -146,6 +149,22 @@ def detached_blocks() -> None:
             "CPUContext.get_executable no longer makes its function as numba_internals does")
     require("func" in inspect.getsource(bytecode.FunctionIdentity.from_function),
             "FunctionIdentity no longer keeps the function it identifies")
+
+
+@seam("numba.np.linalg._blas_kinds never written after its definition", "numba", WRITTEN_FOR,
+      "_compat/numba_internals.py (NEVER_WRITTEN), kernels/runtime/detached.py")
+def never_written_containers() -> None:
+    for module, names in numba_internals.NEVER_WRITTEN.items():
+        # Read, not imported: importing numba.np.linalg is what carrying its values spares.
+        source = Path(importlib.util.find_spec(module).origin).read_text()
+        for name in names:
+            definitions = re.findall(rf"^{name}\s*=", source, re.MULTILINE)
+            writes = re.findall(
+                rf"\b{name}\s*(\[[^\]]*\]\s*)?([-+*/|&^%@]|//|<<|>>)?=(?!=)"
+                rf"|\b{name}\.(update|setdefault|pop|popitem|clear|__setitem__|__delitem__)\b"
+                rf"|\bglobal\b[^\n]*\b{name}\b|\bdel\s+{name}\b", source)
+            require(len(definitions) == 1 and len(writes) == 1,
+                    f"{module}.{name} is written besides its definition")
 
 
 @seam("Dispatcher._compilation_chain_init_hook (entrypoints.init_all)", "numba", WRITTEN_FOR,

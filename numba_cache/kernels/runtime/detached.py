@@ -15,7 +15,11 @@ PyTensor's own, under the fingerprint's PyTensor version), anything else by refe
 A value goes in only if carrying it changes nothing: a function of the dispatch must
 write no global and read only such values itself; no mutable container, no class or
 other object of the dispatch; and the namespace, unpickled, must import no module of
-the dispatch.
+the dispatch. numba's functions that PyTensor's lookups call go by value on the same
+terms, where what they read is a container numba never writes
+(:data:`numba_cache._compat.numba_internals.NEVER_WRITTEN`, checked by a seam): so
+``get_blas_kind`` runs without importing ``numba.np.linalg`` (about 0.06 s, numba's array
+implementation).
 
 A process loading that kernel keeps its namespaces (:func:`remember`). While a block's
 module is not imported, numba's unpickling in machine code (:func:`_unpickler`, put in
@@ -151,19 +155,21 @@ def _namespace(module: str) -> dict | None:
 
 
 def _pickled(namespaces: dict) -> bytes | None:
-    """`namespaces` pickled with the dispatch's functions by value; None if unpickling it
-    would still import a module of the dispatch."""
-    dispatch = sys.modules.get(DISPATCH)
-    if dispatch is None:
+    """`namespaces` pickled with the functions of the dispatch and of
+    :data:`~numba_cache._compat.numba_internals.NEVER_WRITTEN`'s modules by value; None if
+    unpickling it would still import a module of the dispatch."""
+    if DISPATCH not in sys.modules:
         return None
-    registered = DISPATCH in cloudpickle.list_registry_pickle_by_value()
-    if not registered:
-        cloudpickle.register_pickle_by_value(dispatch)
+    by_value = [sys.modules[name] for name in (DISPATCH, *numba_internals.NEVER_WRITTEN)
+                if name in sys.modules
+                and name not in cloudpickle.list_registry_pickle_by_value()]
+    for module in by_value:
+        cloudpickle.register_pickle_by_value(module)
     try:
         blob = cloudpickle.dumps(namespaces, protocol=pickle.HIGHEST_PROTOCOL)
     finally:
-        if not registered:
-            cloudpickle.unregister_pickle_by_value(dispatch)
+        for module in by_value:
+            cloudpickle.unregister_pickle_by_value(module)
     found = _ModulesFound(io.BytesIO(blob))
     found.load()
     return None if any(_in_dispatch(module) for module in found.modules) else blob
@@ -183,13 +189,14 @@ class _ModulesFound(pickle.Unpickler):
 
 def _carriable(value, seen: set) -> bool:
     """Whether `value`, read by a block from its module, is the same carried in a
-    namespace: found by reference outside the dispatch, or a pure function of it."""
+    namespace: found by reference outside the modules carried by value, or a pure
+    function of theirs."""
     if isinstance(value, types.ModuleType):
         return not _in_dispatch(value.__name__)
     if isinstance(value, type):
-        return not _in_dispatch(value.__module__)
+        return not _by_value(value.__module__)
     if isinstance(value, types.FunctionType):
-        return not _in_dispatch(value.__module__ or "") or _pure(value, seen)
+        return not _by_value(value.__module__ or "") or _pure(value, seen)
     if isinstance(value, (tuple, frozenset)):
         return all(_carriable(member, seen) for member in value)
     if isinstance(value, types.BuiltinFunctionType):
@@ -207,9 +214,20 @@ def _pure(function: types.FunctionType, seen: set) -> bool:
     if any(instruction.opname in _WRITES_GLOBALS for instruction in _instructions(code)):
         return False
     cells = [cell.cell_contents for cell in function.__closure__ or ()]
-    read = [function.__globals__[name] for name in sorted(_names_read(code))
-            if name in function.__globals__]
-    return all(_carriable(value, seen) for value in [*cells, *read])
+    never_written = numba_internals.NEVER_WRITTEN.get(function.__module__, ())
+    read = {name: function.__globals__[name] for name in sorted(_names_read(code))
+            if name in function.__globals__}
+    return (all(_carriable(value, seen) for value in cells)
+            and all(_carriable(value, seen)
+                    or (name in never_written and _carriable_table(value, seen))
+                    for name, value in read.items()))
+
+
+def _carriable_table(value, seen: set) -> bool:
+    """Whether `value`, a container its module never writes, is carried as it is: a dict
+    of carriable keys and values."""
+    return isinstance(value, dict) and all(
+        _carriable(key, seen) and _carriable(item, seen) for key, item in value.items())
 
 
 def _names_read(code: types.CodeType) -> set[str]:
@@ -230,3 +248,8 @@ def _instructions(code: types.CodeType):
 
 def _in_dispatch(module: str) -> bool:
     return module == DISPATCH or module.startswith(DISPATCH + ".")
+
+
+def _by_value(module: str) -> bool:
+    """Whether the functions of `module` are carried by value (see :func:`_pickled`)."""
+    return _in_dispatch(module) or module in numba_internals.NEVER_WRITTEN
