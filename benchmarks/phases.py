@@ -14,7 +14,8 @@ what a warm, variant or new-model compile spends.
 With ``--models``, every benchmark model (:data:`benchmarks.suite.MODELS`) is
 compiled in fresh processes on caches of its own, in the benchmark's order: cold,
 warm, then the new model and each structural edit on the caches as the warm step
-left them; one table per model gives each phase's share of each step.
+left them; one table per model gives each phase's share of each step
+(``--output PHASES.md`` writes them with the machine and commit measured on).
 
 The wrapping costs a few microseconds a call: figures for comparison between
 modes come from ``benchmarks/run.py``.
@@ -174,6 +175,21 @@ def _share_table(measured: dict) -> list[str]:
     return lines
 
 
+def _document(tables: str) -> str:
+    """The tables of :func:`every_model` as a page, with what they were measured on."""
+    from benchmarks.run import machine
+
+    measured_on = machine()
+    versions = ", ".join(f"{name} {version}" for name, version in measured_on["versions"].items())
+    return (f"# Where each compile's time goes\n\n"
+            f"Made by `python benchmarks/phases.py --models --output benchmarks/PHASES.md` "
+            f"({measured_on['source']}), on {measured_on['cpu']} ({measured_on['nproc']} cores, "
+            f"LLVM CPU `{measured_on['llvm_cpu']}`); {versions}. One fresh process per step; "
+            f"inclusive times, a phase nested in another listed under it; figures of one "
+            f"run, for the shares, not for comparison between modes (`RESULTS.md`).\n\n"
+            f"```\n{tables}\n```\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("function", nargs="?")
@@ -182,17 +198,24 @@ def main(argv=None) -> int:
     parser.add_argument("--models", action="store_true",
                         help="every benchmark model, cold, warm, new model and edits")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--output", type=Path, help="with --models: write the tables there")
     args = parser.parse_args(argv)
     if args.models == (args.function is not None):
         parser.error("name one FUNCTION, or --models")
+    if args.output is not None and not args.models:
+        parser.error("--output goes with --models")
     if args.models:
         results = every_model()
         if args.json:
             print(json.dumps(results, indent=1))
             return 0
-        for name, measured in results.items():
-            print(f"{name} (seconds, share of the step's compile):")
-            print("\n".join(_share_table(measured)))
+        tables = "\n\n".join(
+            f"{name} (seconds, share of the step's compile):\n" + "\n".join(_share_table(measured))
+            for name, measured in results.items())
+        if args.output is None:
+            print(tables)
+        else:
+            args.output.write_text(_document(tables))
         return 0
 
     result = measure(args.function, ast.literal_eval(args.kwargs), args.mode)
