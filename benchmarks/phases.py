@@ -8,8 +8,8 @@ Compiles ``numba_cache.evaluation.models.FUNCTION(**KWARGS)`` once in this proce
 environment names, and prints the time of each phase, measured by wrapping the
 functions that do it (inclusive times, a call within another of the same phase
 counted once; a phase nested in another is listed under it), with its share of
-the compile. Run it after filling a store to see
-what a warm, variant or new-model compile spends.
+the compile; and the full garbage collections, whichever phase they fall in. Run
+it after filling a store to see what a warm, variant or new-model compile spends.
 
 With ``--models``, every benchmark model (:data:`benchmarks.suite.MODELS`) is
 compiled in fresh processes on caches of its own, in the benchmark's order: cold,
@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
+import gc
 import inspect
 import json
 import shutil
@@ -63,6 +64,10 @@ PHASES = (
      "CPUCodeLibrary._optimize_final_module"),
     ("    LLVM: machine code", "numba.core.codegen", "JITCodeLibrary._finalize_specific"),
 )
+
+
+#: Timed by the collector's callbacks rather than by wrapping: it falls in any phase.
+FULL_COLLECTIONS = "full garbage collections (whichever phase they fall in)"
 
 
 def _wrap(totals: dict, counts: dict, phase: str, module_name: str, path: str) -> None:
@@ -103,15 +108,33 @@ def measure(function_name: str, kwargs: dict, mode: str) -> dict:
     totals, counts = defaultdict(float), defaultdict(int)
     for phase, module_name, path in PHASES:
         _wrap(totals, counts, phase, module_name, path)
+    timer = functools.partial(_time_full_collections, totals, counts, [])
+    gc.callbacks.append(timer)
     begin = time.perf_counter()
     function = pytensor.function(model.inputs, model.outputs, mode=mode)
     function(*model.point)
     total = time.perf_counter() - begin
+    gc.callbacks.remove(timer)
     return {"seconds": total,
             "phases": {phase.strip(): {"seconds": totals[phase], "calls": counts[phase],
                                        "depth": _depth(phase)}
-                       for phase, _, _ in PHASES if counts[phase]},
+                       for phase in _rows() if counts[phase]},
             "counters": dict(numba_cache.session_stats())}
+
+
+def _time_full_collections(totals: dict, counts: dict, started: list, event: str,
+                           info: dict) -> None:
+    if info["generation"] != 2:
+        return
+    if event == "start":
+        started.append(time.perf_counter())
+    else:
+        totals[FULL_COLLECTIONS] += time.perf_counter() - started.pop()
+        counts[FULL_COLLECTIONS] += 1
+
+
+def _rows() -> list[str]:
+    return [phase for phase, _, _ in PHASES] + [FULL_COLLECTIONS]
 
 
 def _depth(phase: str) -> int:
@@ -159,11 +182,11 @@ def _measure_in_child(function_name: str, kwargs: dict, environment: dict) -> di
 def _share_table(measured: dict) -> list[str]:
     """One row per phase that ran in any step, one column per step: seconds and share."""
     steps = list(measured)
-    width = max(len(phase) for phase, _, _ in PHASES)
+    width = max(len(phase) for phase in _rows())
     lines = ["  " + "phase".ljust(width) + "".join(f"  {step[:16]:>16}" for step in steps),
              "  " + "total (pytensor.function and first call)".ljust(width)
              + "".join(f"  {measured[step]['seconds']:>14.3f} s" for step in steps)]
-    for phase, _, _ in PHASES:
+    for phase in _rows():
         if not any(phase.strip() in measured[step]["phases"] for step in steps):
             continue
         cells = []

@@ -100,8 +100,9 @@ def test_no_module_imports_itself_back_through_others():
 #: the package itself, the public API). A module imports modules of its own layer and of
 #: those below it, never of one above.
 LAYERS = (
-    # upstream's internals; formats' versions; the logger; the process's mutable state
-    ("_compat", "versions", "logs", "session"),
+    # upstream's internals; formats' versions; the logger; the process's mutable state;
+    # the garbage collector's scope during a compile
+    ("_compat", "versions", "logs", "session", "collector"),
     ("cpu_target", "settings"),
     ("codegen", "store"),  # generated source; entries on disk, and what an entry holds
     ("keys",),

@@ -31,6 +31,7 @@ from pytensor.link.utils import raise_with_op
 
 from numba_cache import session
 from numba_cache._compat import numba_unique_ids
+from numba_cache.collector import older_objects_frozen
 from numba_cache.codegen.thunk import direct_thunk
 from numba_cache.integration import nutpie
 from numba_cache.kernels.callbacks import cfunc
@@ -69,7 +70,8 @@ class NumbaCacheLinker(NumbaLinker):
         state = session.current()
         # The rewrite cache's, if it restored or stored this graph (:mod:`.rewrite_cache`).
         known = state.known_graph_kernels.get(fgraph)
-        kernel = graph_kernel(fgraph, current_context(), storage_map, known=known)
+        with older_objects_frozen():
+            kernel = graph_kernel(fgraph, current_context(), storage_map, known=known)
         self._hidden_values = kernel.hidden_values
         for observer in state.graph_kernel_observers:
             observer(fgraph, kernel, storage_map or {})

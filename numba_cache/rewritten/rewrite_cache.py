@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pytensor.compile.maker import FunctionMaker
 
 from numba_cache import session
+from numba_cache.collector import older_objects_frozen
 from numba_cache.codegen.sources import GraphSource, graph_kernel_name, graph_source
 from numba_cache.kernels.outcomes import report
 from numba_cache.kernels.outcomes.uncacheable import unkeyed
@@ -71,6 +72,10 @@ class CachedRewriteFunctionMaker(FunctionMaker):
     """A FunctionMaker that loads the rewritten graph instead of rewriting, when it can."""
 
     def prepare_fgraph(self, inputs, outputs, additional_outputs, fgraph, mode, profile):
+        with older_objects_frozen():
+            self._prepare_fgraph(inputs, outputs, additional_outputs, fgraph, mode, profile)
+
+    def _prepare_fgraph(self, inputs, outputs, additional_outputs, fgraph, mode, profile):
         from numba_cache.kernels.context import current_context
 
         context = current_context()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from numba.core.registry import CPUDispatcher
 
 from numba_cache._compat import numba_internals
+from numba_cache.collector import older_objects_frozen
 from numba_cache.kernels.protocol.self_contained import SelfContainedCompiler
 
 
@@ -22,7 +23,7 @@ class CachedDispatcher(CPUDispatcher):
         pass
 
     def compile(self, sig):
-        with self._cache.compiling():
+        with self._cache.compiling(), older_objects_frozen():
             return super().compile(sig)
 
 
