@@ -17,8 +17,10 @@ PyTensor's) cache.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field, make_dataclass, replace
 from pathlib import Path
@@ -80,8 +82,9 @@ def _parse_float(text: str, what: str) -> float:
         value = float(text)
     except ValueError:
         raise SettingsError(f"{what}: cannot read {text!r} as a number of seconds") from None
-    if value <= 0:
-        raise SettingsError(f"{what} must be positive, got {text!r}")
+    # nan passes any comparison, and an endless wait is never what a compile should do.
+    if not math.isfinite(value) or value <= 0:
+        raise SettingsError(f"{what} must be a positive number of seconds, got {text!r}")
     return value
 
 
@@ -122,6 +125,8 @@ def _parse_remote_url(text: str, what: str) -> str:
         raise SettingsError(
             f"{what}: {text!r} is not a remote cache URL ({named} of ours); use {_REMOTE_FORMS}"
         )
+    if scheme.lower() in ("redis", "rediss"):
+        _check_server_address(url, text, what)
     bucket = rest.split("/", 1)[0]
     if scheme.lower() in OBJECT_SCHEMES and not _BUCKET_RE.fullmatch(bucket):
         named = f"{bucket!r} is not a bucket name" if bucket else "it names no bucket"
@@ -130,6 +135,15 @@ def _parse_remote_url(text: str, what: str) -> str:
             "bucket names are letters, digits, dots, dashes and underscores)"
         )
     return url
+
+
+def _check_server_address(url: str, text: str, what: str) -> None:
+    """A Redis URL's host and port, read as its client reads them (which raises)."""
+    try:
+        urllib.parse.urlsplit(url).port  # noqa: B018 - reading it checks it: 0 to 65535
+    except ValueError as problem:
+        raise SettingsError(f"{what}: {text!r} is not a server address ({problem}); use "
+                            "redis://host:port/db, for example redis://cache-host:6379/0") from None
 
 
 def _parse_prefix(text: str, what: str) -> str:
@@ -324,15 +338,18 @@ def configure(**overrides) -> Settings:
             raise SettingsError(
                 f"unknown setting {name!r}; known settings: {', '.join(BY_NAME)}"
             )
-        default = setting.default_value()
         if value is None:
             made.pop(name, None)
-        elif isinstance(value, (str, Path)) or default is None:
-            # Settings without a typed default (root, remote URL, secret) are text or paths.
-            made[name] = setting.parse(str(value), name)
         else:
-            made[name] = type(default)(value)
+            # Checked as the environment's text is: 5 is no fraction, -1 s no timeout.
+            made[name] = setting.parse(_as_text(value), name)
     return current()
+
+
+def _as_text(value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
 
 
 def adopt(settings: Settings) -> None:

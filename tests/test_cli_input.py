@@ -1,4 +1,5 @@
-"""Bad input to ``numba-cache``: one clear line naming what was wrong, status 2, no traceback.
+"""Bad input to ``numba-cache``: one clear line naming what was wrong, status 2, no traceback;
+and to ``settings.configure``: the error the same text in the environment gives.
 
 Run in this process through ``cli.main`` (tests/helpers.py ``cli_here``): nothing here
 needs a fresh interpreter, so these are in the fast tier. tests/test_cli.py runs the
@@ -6,6 +7,8 @@ console script for real in fresh processes.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from helpers import cli_here, one_line_error
@@ -23,8 +26,43 @@ from helpers import cli_here, one_line_error
         (["clear", "--yes"], {"NBCACHE_READONLY": "1"}, "NBCACHE_READONLY is set"),
         (["explain", "missing.py"], {}, "no such file"),
         (["list"], {"NBCACHE_DIR": "/nonexistent/numba_cache"}, "no store at /nonexistent"),
+        (["stats"], {"NBCACHE_LOCK_TIMEOUT": "nan"}, "must be a positive number of seconds"),
+        (["stats"], {"NBCACHE_REMOTE_TIMEOUT": "inf"}, "must be a positive number of seconds"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_no_traceback(private_store, arguments, environment, fragment):
     private_store.mkdir()
     one_line_error(cli_here(*arguments, env=environment), fragment)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "fragment"),
+    [
+        ("max_size", -5, "cannot read '-5' as a size"),
+        ("lock_timeout", -1.0, "must be a positive number of seconds"),
+        ("lock_timeout", float("nan"), "must be a positive number of seconds"),
+        ("verify_hits", 5, "must be from 0 to 1"),
+        ("verify_hits_limit", -2, "must not be negative"),
+        ("remote_ttl", -3, "cannot read '-3' as a duration"),
+        ("target", 3, "'3' is not a target"),
+    ],
+)
+def test_configure_checks_values_given_in_python_as_the_environment_s(setting, value, fragment):
+    from numba_cache import settings
+
+    with pytest.raises(settings.SettingsError, match=re.escape(fragment)):
+        settings.configure(**{setting: value})
+    assert settings.current().sources[setting] != "python"
+
+
+def test_configure_takes_python_values_of_the_setting_s_type():
+    from numba_cache import settings
+
+    try:
+        made = settings.configure(max_size=1024, lock_timeout=2, verify_hits=True,
+                                  compile_ahead=False, remote_ttl=60)
+        assert (made.max_size, made.lock_timeout, made.verify_hits, made.compile_ahead,
+                made.remote_ttl) == (1024, 2.0, 1.0, False, 60.0)
+    finally:
+        settings.configure(max_size=None, lock_timeout=None, verify_hits=None,
+                           compile_ahead=None, remote_ttl=None)

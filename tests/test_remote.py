@@ -249,6 +249,17 @@ def test_without_a_secret_the_remote_tier_refuses_to_start(remote, monkeypatch, 
     assert short.returncode == 2 and "at least 16" in short.stderr
 
 
+def test_a_url_the_redis_client_refuses_is_warned_and_compiles_go_on_locally(
+        server, remote, monkeypatch, tmp_path):
+    monkeypatch.setenv("NBCACHE_REMOTE", f"{server.url}?socket_timeout=abc")
+    report = machine(tmp_path / "store", ["sumexp"])
+    assert report["compiled"] and report["remote"] == {}
+    assert report["stderr"].count("Invalid value for 'socket_timeout'") == 1
+    refused = run_cli("stats", "--remote")
+    assert refused.returncode == 2
+    assert refused.stderr.count("\n") == 1 and "socket_timeout" in refused.stderr
+
+
 def test_an_entry_over_the_size_limit_stays_local(remote, tmp_path):
     report = machine(tmp_path / "store", ["sumexp"], NBCACHE_REMOTE_MAX_SIZE="1K")
     assert report["remote"]["too_large"] > 0
@@ -363,7 +374,11 @@ def test_an_envelope_that_would_inflate_past_the_limit_is_refused():
     ("NBCACHE_REMOTE", "s3://my bucket/prefix", "'my bucket' is not a bucket name"),
     ("NBCACHE_REMOTE_PREFIX", "a b*", "cannot be a key prefix"),
     ("NBCACHE_REMOTE_TTL", "soon", "cannot read 'soon' as a duration"),
-    ("NBCACHE_REMOTE_TIMEOUT", "0", "must be positive"),
+    ("NBCACHE_REMOTE_TIMEOUT", "0", "must be a positive number of seconds"),
+    ("NBCACHE_REMOTE_TIMEOUT", "nan", "must be a positive number of seconds"),
+    ("NBCACHE_REMOTE", "redis://127.0.0.1:99999/0", "not a server address (Port out of range"),
+    ("NBCACHE_REMOTE", "redis://cache:port/0", "not a server address (Port could not be cast"),
+    ("NBCACHE_REMOTE", "redis://[::1/0", "not a server address (Invalid IPv6 URL)"),
 ])
 def test_bad_remote_settings_are_one_line_errors(variable, value, message):
     result = run_cli("stats", "--remote", env={variable: value})

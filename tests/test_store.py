@@ -29,6 +29,7 @@ from numba_cache import settings
 from numba_cache import store as store_package
 from numba_cache.store import CorruptEntry, Entry, Store, StoreWarning, record
 from numba_cache.store.verify import Problem
+from numba_cache.store import index as index_module
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534
@@ -354,6 +355,27 @@ def test_an_unusable_index_warns_and_the_store_carries_on_with_the_files(tmp_pat
     assert store.load(FINGERPRINT, entry.key).blobs == entry.blobs
     assert keys_of(store.entries()) == [entry.key]
     assert store.stats()["entries"] == 1
+
+
+def test_an_index_locked_by_another_process_is_waited_for_once_not_at_every_load(tmp_path):
+    """A process holding the index's lock (stopped, or a long maintenance) costs one busy
+    wait, then the store leaves the index alone for a while: loads go on from the files."""
+    store = open_store(tmp_path)
+    entries = [save(store, name) for name in "abcdef"]
+    close_stores()
+    store = open_store(tmp_path)
+    with contextlib.closing(sqlite3.connect(tmp_path / "index.sqlite3",
+                                            isolation_level=None)) as holder:
+        holder.execute("BEGIN EXCLUSIVE")
+        with caught_warnings() as caught:
+            began = time.monotonic()
+            loaded = [store.load(FINGERPRINT, entry.key) for entry in entries]
+            waited = time.monotonic() - began
+        holder.execute("ROLLBACK")
+    assert [entry.blobs for entry in loaded] == [entry.blobs for entry in entries]
+    assert len(store_warnings(caught)) == 1 and "locked" in store_warnings(caught)[0]
+    # One busy timeout, not one a load (six of them without the backoff).
+    assert index_module.BUSY_TIMEOUT <= waited < 2 * index_module.BUSY_TIMEOUT
 
 
 # Corruption

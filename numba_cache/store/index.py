@@ -9,7 +9,8 @@ rebuilt from the entry files; a write that fails because the disk is full or
 failing is handed to the store, whose other writes fail alike and which warns
 once for all; any other error (locked for longer than the busy timeout,
 read-only file, unknown schema) gives one warning per process. The operation
-then returns its empty answer, so the store carries on without the index.
+then returns its empty answer, so the store carries on without the index; after
+a lock held past the busy timeout, the index is not asked again for a while.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from .local import make_private_dirs
 from .notices import warn_once
 
 BUSY_TIMEOUT = 5.0
+#: After waiting out the busy timeout once, the index is left alone for this long: a
+#: process holding it (a stopped writer, a long maintenance) would cost every load 5 s.
+LOCKED_BACKOFF = 60.0
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS entries(
@@ -112,6 +116,7 @@ class Index:
         self._local = threading.local()
         self._unavailable = False
         self._recovered = False
+        self._locked_until = 0.0
 
     def record_hit(self, entry: Entry, size: int, now: float) -> None:
         """Note a use of `entry`: its last use and hits + 1 (callers count the hit).
@@ -227,7 +232,7 @@ class Index:
         Without `create`, a missing index file is not created: then there is nothing to
         read or delete, and reading a store must not create one.
         """
-        if write and self._readonly:
+        if (write and self._readonly) or time.monotonic() < self._locked_until:
             return default
         try:
             connection = self._connection(create)
@@ -327,6 +332,8 @@ class Index:
         if write and primary_code in _DISK_FAILURES:
             self._on_disk_failure(error)
             return
+        if primary_code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            self._locked_until = time.monotonic() + LOCKED_BACKOFF
         corrupt = primary_code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
         if not corrupt or self._readonly or self._recovered:
             self._warn(str(error))

@@ -122,8 +122,13 @@ def _redis_backend(settings: Settings, options: dict):
         from .redis_backend import RedisBackend
     except ModuleNotFoundError as error:
         raise _missing_client(settings, error, "redis", "remote") from None
-    return RedisBackend(settings.remote, settings.remote_prefix, ttl=settings.remote_ttl,
-                        **options)
+    try:
+        return RedisBackend(settings.remote, settings.remote_prefix, ttl=settings.remote_ttl,
+                            **options)
+    except ValueError as problem:  # redis-py refused the URL
+        raise RemoteConfigError(
+            f"the remote cache {display_url(settings.remote)} is not used: {problem}"
+        ) from None
 
 
 def _object_backend(settings: Settings, options: dict):
