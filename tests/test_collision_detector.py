@@ -15,6 +15,7 @@ from helpers import run_cli, run_python
 
 import numba_cache
 from numba_cache import session, settings
+from numba_cache.kernels.outcomes import collisions
 from numba_cache.kernels.outcomes.collisions import ir_digest, normalized_ir
 from numba_cache.kernels.context import current_context
 from numba_cache.store import StoreWarning
@@ -157,7 +158,7 @@ def test_verify_recompile_bad_input_is_one_clear_line(arguments, fragment):
 
 
 def test_normalized_ir_ignores_numba_unique_ids_only():
-    first = ('@_ZN08NumbaEnv1f5graphB4v123B3abcE5ArrayE = global ptr null\n'
+    first = ('@_ZN1f5graphB4v123B3abcE5ArrayE = global ptr null\n'
              '@".const" = internal constant [9 x i8] c"missing Environment: _ZN1fB4v123B3abcE"')
     second = first.replace("v123", "v987").replace("B3abc", "B5xyzuv").replace("[9 x", "[11 x")
     assert normalized_ir(first) == normalized_ir(second)
@@ -165,6 +166,79 @@ def test_normalized_ir_ignores_numba_unique_ids_only():
     # ir_digest hashes the normalized IR piece by piece, never joined: the same digest.
     for text in (first, second, first.replace("ArrayE", "ArrayI")):
         assert ir_digest(text) == hashlib.sha256(normalized_ir(text).encode()).hexdigest()
+
+
+def test_normalized_ir_ignores_what_a_process_s_history_changes_not_the_code():
+    """The same kernel compiled in two processes: numba reused a subroutine it had compiled
+    for another kernel (its environment pointer, a ``freeze``, other value numbers), and
+    pickled its constants with other type numbers. A swapped operand is still seen."""
+    first = (
+        '@.const.pickledata.88b9 = internal constant [518 x i8] c"\\80\\04_code\\94K\\19"\n'
+        "define i64 @f(i64 %arg.x.5.1) {\n"
+        "entry:\n"
+        "  %arg.x.5.1.fr.i = freeze i64 %arg.x.5.1\n"
+        "  %.463.not.i = icmp eq i64 %arg.x.5.1.fr.i, 1\n"
+        "  %.470 = sub i64 %.463.not.i, %arg.x.5.1\n"
+        "  call void @g(ptr @.const.picklebuf.88b9)\n"
+        "  ret i64 %.470\n"
+        "}\n")
+    second = (
+        '@.const.pickledata.3a2a = internal constant [518 x i8] c"\\80\\04_code\\94M@\\03"\n'
+        "@_ZN08NumbaEnv5numba7cpython8tupleobj19getitem_literal_idx = common global ptr null\n"
+        "define i64 @f(i64 %arg.x.5.1) {\n"
+        "entry:\n"
+        "  %.478.not.i = icmp eq i64 %arg.x.5.1, 1\n"
+        "  %.485 = sub i64 %.478.not.i, %arg.x.5.1\n"
+        "  call void @g(ptr @.const.picklebuf.3a2a)\n"
+        "  ret i64 %.485\n"
+        "}\n")
+    assert normalized_ir(first) == normalized_ir(second)
+    swapped = second.replace("sub i64 %.478.not.i, %arg.x.5.1", "sub i64 %arg.x.5.1, %.478.not.i")
+    assert normalized_ir(first) != normalized_ir(swapped)
+
+
+def test_the_digest_does_not_depend_on_where_the_ir_is_cut_in_chunks(monkeypatch):
+    """A large IR is digested a chunk of lines at a time; where the cuts fall depends on
+    the lengths of the names in it, which differ between processes."""
+    function = ("define i64 @f{n}(i64 %x) {{\nentry:\n  %y = freeze i64 %x\n"
+                "  br label %next\nnext:\n  %z = add i64 %y, {n}\n  ret i64 %z\n}}\n\n")
+    text = ('@.const.pickledata.ab = internal constant [1 x i8] c"\\80"\n\n'
+            + "".join(function.format(n=n) for n in range(6)))
+    whole = ir_digest(text)
+    for chunk in (1, 5, 17, 40, 64, 101):
+        monkeypatch.setattr(collisions, "_CHUNK", chunk)
+        assert ir_digest(text) == whole, chunk
+
+
+BLAS_AND_VIEWS = """
+import json, warnings
+import numpy as np, pytensor, pytensor.tensor as pt
+import numba_cache
+from numba_cache import settings
+settings.configure(verify_hits={verify})
+A, x = pt.matrix("A"), pt.matrix("x", shape=(None, 1))
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    value = pytensor.function([A, x], pt.dot(A, x.squeeze(1)), mode="NUMBA_CACHE")(
+        np.arange(12.0).reshape(3, 4), np.ones((4, 1)))
+print(json.dumps({{"value": value.tolist(), "stats": dict(numba_cache.session_stats()),
+                  "warnings": [str(w.message) for w in caught]}}))
+"""
+
+
+def test_sound_blas_kernels_verify_clean_in_another_process():
+    """BLAS kernels hold object-mode blocks and pickled constants, and a view kernel
+    reuses numba subroutines: the process that stored them and the one verifying them
+    compile them after different work, and must not see a collision (it would remove
+    every such entry at every verified run)."""
+    cold = run_python(BLAS_AND_VIEWS.format(verify=0))
+    verified = run_python(BLAS_AND_VIEWS.format(verify=1))
+    assert verified["value"] == cold["value"]
+    stats = verified["stats"]
+    assert stats.get("collision", 0) == 0, verified["warnings"]
+    assert stats["verify.same"] >= 3 and stats["objmode.hit"] >= 1, stats
+    # Blocks are stored without a digest: their code is Python, in their environment.
+    assert stats["verify.unrecorded"] == stats["objmode.hit"], stats
 
 
 OP_PLANT = """

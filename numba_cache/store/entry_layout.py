@@ -43,7 +43,10 @@ from .entry import is_sha256_hex
 _OVERLOAD_PREFIX = "kernel:"
 _SYMBOLS_PREFIX = "symbols:"
 _OP_LINKS_PREFIX = "op-links:"
-_IR_DIGEST_PREFIX = "ir:"
+#: "ir2:" digests leave out what differs with the process's history (pickled constants,
+#: local names, ``freeze``: :mod:`numba_cache.kernels.outcomes.collisions`); the "ir:"
+#: digests of older entries are not compared, rather than seen as collisions.
+_IR_DIGEST_PREFIX = "ir2:"
 
 
 def overload_blob_name(signature) -> str:

@@ -13,8 +13,11 @@ one attribute check.
 numba mangles every function it compiles with a unique id (``B<n>v<digits>``)
 and an ABI tag (``B<n><base64>``) that differ from one process (or one
 dispatcher) to the next for the same code; environment names built from them
-appear in string constants too, with their lengths. Everything else in the IR
-is the code.
+appear in string constants too, with their lengths. The same code also differs
+by what numba compiled before in the process (see ``_PROCESS_NOISE``). Everything
+else in the IR is the code; pickled constants are left out of the comparison, so
+a collision only in an object-mode block's Python code is not seen here (blocks
+are stored and keyed apart).
 """
 
 from __future__ import annotations
@@ -42,8 +45,8 @@ _GRAPH_FUNCTION_NAME = re.compile(r"graph_[0-9a-f]+")
 
 
 def normalized_ir(llvm_ir: str, function_name: str | None = None) -> str:
-    """`llvm_ir` with numba's unique ids and ABI tags replaced by placeholders, and
-    `function_name` (a graph function's, see :func:`ir_digest`) too."""
+    """`llvm_ir` with what differs between processes compiling the same code replaced
+    (:func:`ir_digest`); `function_name` is a graph function's name."""
     return "".join(_normalized_pieces(llvm_ir, function_name))
 
 
@@ -61,29 +64,111 @@ def ir_digest(llvm_ir: str, function_name: str | None = None) -> str:
     return digest.hexdigest()
 
 
+#: Lines of about this many characters are normalized at a time.
+_CHUNK = 1 << 20
+
+
 def _normalized_pieces(llvm_ir: str, function_name: str | None = None) -> Iterator[str]:
-    """:func:`normalized_ir` in pieces. Neither the environment-string pattern nor a
-    graph function's name holds "B", so no match spans a placeholder: replacing them
-    piece by piece is the same."""
+    """:func:`normalized_ir` in pieces, a chunk of whole lines at a time. No name, and no
+    instruction the normalization reads, spans two lines, and a function's local names
+    are numbered whichever chunks it spans: the pieces are the same whatever the chunks."""
     if function_name is not None and not _GRAPH_FUNCTION_NAME.fullmatch(function_name):
         raise ValueError(f"{function_name!r} is not a graph function's name")
+    names = _LocalNames()
+    start = 0
+    while start < len(llvm_ir):
+        end = llvm_ir.find("\n", start + _CHUNK)
+        end = len(llvm_ir) if end < 0 else end + 1
+        # A newline ahead, so that the patterns of whole lines see the first one too.
+        text = "\n" + "".join(_without_unique_ids(llvm_ir[start:end], function_name))
+        if "@.const.pick" in text or "@_ZN08NumbaEnv" in text:
+            text = _PICKLE_NAME.sub(r"\1", _PROCESS_NOISE.sub("", text))
+        for function_starts, piece in _functions(text[1:]):
+            if function_starts:
+                yield names.end_function()
+            yield names.without_names(piece)
+        start = end
+    yield names.end_function()
+
+
+def _functions(text: str) -> Iterator[tuple[bool, str]]:
+    """`text` cut before each function definition: (whether a function starts, piece)."""
+    start = 0
+    while True:
+        found = text.find("\ndefine ", start)
+        end = len(text) if found < 0 else found + 1
+        if end > start:
+            yield text.startswith("define ", start), text[start:end]
+        if found < 0:
+            return
+        start = end
+
+
+def _without_unique_ids(text: str, function_name: str | None) -> Iterator[str]:
     position = 0
-    for match in _UNIQUE_ID.finditer(llvm_ir):
+    for match in _UNIQUE_ID.finditer(text):
         if match.start() < position:
             continue
         end = match.start() + len("B") + len(match.group(1)) + int(match.group(1))
-        tag = _LENGTH_TAG.match(llvm_ir, end)
-        if not llvm_ir[match.end():end].isdigit() or tag is None:
+        if not text[match.end():end].isdigit():
             continue  # not a numba-mangled name
-        yield _without_names(llvm_ir[position:match.start()], function_name)
-        yield "B_v_B_"
-        position = tag.end() + int(tag.group(1))
-    yield _without_names(llvm_ir[position:], function_name)
+        yield _without_names(text[position:match.start()], function_name)
+        # The ABI tag follows, except in the names of functions numba made without one
+        # (object-mode blocks' wrappers).
+        tag = _LENGTH_TAG.match(text, end)
+        yield "B_v_" if tag is None else "B_v_B_"
+        position = end if tag is None else tag.end() + int(tag.group(1))
+    yield _without_names(text[position:], function_name)
 
 
 def _without_names(text: str, function_name: str | None) -> str:
     text = _ENVIRONMENT_STRING.sub('[_ x i8] c"missing Environment: ', text)
     return text if function_name is None else text.replace(function_name, _FUNCTION_NAME)
+
+
+#: What else differs between processes compiling the same code, by what numba did in
+#: the process before: pickled constants (object-mode functions with a uuid, numba
+#: types numbered in the order the process made them, sets in hash order), the
+#: environment pointers of subroutines numba compiled earlier for another kernel, and
+#: what the optimiser made of those subroutines (``freeze`` instructions, the numbers
+#: in local names: :class:`_LocalNames`).
+_PROCESS_NOISE = re.compile(r"\n(?:@\.const\.pick(?:ledata|lebuf)\.|@_ZN08NumbaEnv)[^\n]*")
+_PICKLE_NAME = re.compile(r"(@\.const\.pick(?:ledata|lebuf)\.)[0-9a-f]+")
+_FREEZE = re.compile(r"\n[ \t]*(%[-\w$.]+) = freeze \S+ (%[-\w$.]+)(?=\n)")
+_LABEL = re.compile(r"\n([-\w$.]+):")
+_LOCAL = re.compile(r"(%[-\w$.]+)")
+
+
+class _LocalNames:
+    """A function's local names (values, arguments, labels) replaced by the order in which
+    they first appear, a frozen value by what it froze: its text without them, then,
+    once the function ends, that order."""
+
+    def __init__(self):
+        self._first: dict[str, int] = {}
+        self._frozen: dict[str, str] = {}
+        self._order: list[int] = []
+
+    def without_names(self, text: str) -> str:
+        """`text`, whole lines of one function, without its local names and ``freeze``
+        instructions (each noted as a name for its operand)."""
+        text = "\n" + text  # the patterns of whole lines see the first one too
+        if " = freeze " in text:
+            for frozen, source in _FREEZE.findall(text):
+                self._frozen[frozen] = self._frozen.get(source, source)
+            text = _FREEZE.sub("", text)
+        parts = _LOCAL.split(_LABEL.sub(r"\n%\1:", text)[1:])
+        names = parts[1::2]
+        if self._frozen:
+            names = [self._frozen.get(name, name) for name in names]
+        first = self._first
+        self._order.extend(first.setdefault(name, len(first)) for name in names)
+        return "%".join(parts[0::2])
+
+    def end_function(self) -> str:
+        order = self._order
+        self._first, self._frozen, self._order = {}, {}, []
+        return f"\x00{order}\n" if order else ""
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,12 @@ class KernelStorage:
             self._verdict_is_stored = True
             return
         blobs = self._existing_blobs()
-        blobs[entry_layout.ir_digest_blob_name(sig)] = entry_layout.encode_digest(
-            collisions.ir_digest(llvm_ir, self._function_name))
+        if self._key.kind != "objmode":
+            # An object-mode block's IR is calls into Python's C API, which numba's
+            # optimiser arranges differently from one process to the next: its code is
+            # the Python its environment holds, keyed with the block.
+            blobs[entry_layout.ir_digest_blob_name(sig)] = entry_layout.encode_digest(
+                collisions.ir_digest(llvm_ir, self._function_name))
         blocks = self._blocks_held(llvm_ir, blobs)
         # A large graph's IR text is megabytes: let it go before the payload is made.
         del llvm_ir
