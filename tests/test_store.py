@@ -471,6 +471,27 @@ def test_eviction_removes_the_least_recently_used_first(tmp_path):
     assert store.stats()["counters"]["eviction"] == 2
 
 
+def test_a_cap_smaller_than_what_a_process_uses_is_warned_once(tmp_path):
+    """Under a cap too small for one model, each save evicts what the process just stored:
+    every run compiles everything again. Said once; a cap that only evicts older work is
+    not warned about."""
+    filler = open_store(tmp_path)
+    old = [save(filler, f"old-{n}") for n in range(3)]
+    close_stores()
+    size = max(entry.size for entry in open_store(tmp_path).entries())
+    with caught_warnings() as caught:
+        roomy = open_store(tmp_path, max_size=int(3.5 * size))
+        save(roomy, "new-0")  # evicts the oldest entry, made by another process
+    assert store_warnings(caught) == []
+    assert open_store(tmp_path).load(FINGERPRINT, old[0].key) is None
+    with caught_warnings() as caught:
+        tight = open_store(tmp_path, max_size=int(1.5 * size))
+        for n in range(1, 5):
+            save(tight, f"new-{n}")
+    [warned] = store_warnings(caught)
+    assert "NBCACHE_MAX_SIZE" in warned and "evicted" in warned
+
+
 def test_eviction_of_entries_unused_since_a_time_and_its_dry_run(tmp_path):
     store = open_store(tmp_path)
     a, b, c = (save(store, name) for name in "abc")

@@ -55,6 +55,8 @@ class Store(Maintenance, SideFilesOfStore):
         self._side_files = SideFiles(self._backend, self.root, writable)
         self._locks = EntryLocks(self.root, lock_timeout=settings.lock_timeout, enabled=writable,
                                  on_disk_failure=disk_refused)
+        #: ``(fingerprint, key)`` of the entries this process loaded or stored.
+        self._used_here: set[tuple[str, str]] = set()
 
     @functools.cached_property
     def remote(self) -> RemoteTier | None:
@@ -93,6 +95,7 @@ class Store(Maintenance, SideFilesOfStore):
         entry.size = len(data) + len(entry.blobs.get(SOURCE_BLOB, b""))
         if not self.readonly:
             self._index.record_hit(entry, entry.size, time.time())
+        self._used_here.add((fingerprint, key))
         return entry
 
     def has(self, fingerprint: str, key: str) -> bool:
@@ -139,6 +142,7 @@ class Store(Maintenance, SideFilesOfStore):
                 return False
             checkpoints.reached("before-index")
             self._index.insert(entry, stored_size(data, source), time.time())
+        self._used_here.add((entry.fingerprint, entry.key))
         self._after_new(entry, data, source)
         return True
 
@@ -150,7 +154,13 @@ class Store(Maintenance, SideFilesOfStore):
                                 self._merge_for(entry.fingerprint, entry.key))
         total = self._index.total_size()
         if total is not None and total > self.settings.max_size:
-            self.evict_to(int(self.settings.max_size * EVICTION_TARGET), timeout=0)
+            evicted = self.evict_to(int(self.settings.max_size * EVICTION_TARGET), timeout=0)
+            if self._used_here.intersection(evicted):
+                warn_once(("too small", str(self.root)),
+                          f"numba_cache: the cache {self.root} holds at most "
+                          f"{self.settings.max_size:,} bytes (NBCACHE_MAX_SIZE), less than "
+                          "this process uses: kernels it stored or loaded were evicted and "
+                          "will be compiled again. Raise NBCACHE_MAX_SIZE.")
 
     def report_write_error(self, fingerprint: str, error: OSError) -> None:
         """Count a failed write as "write_error" and warn, once per process for the store.
