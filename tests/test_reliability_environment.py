@@ -230,6 +230,23 @@ def test_a_store_whose_temp_directory_is_a_file_compiles_with_one_warning(privat
     assert run(CACHED)["warnings"] == [] and list(private_store.rglob("*.nbk"))
 
 
+def test_a_file_where_a_shard_directory_belongs_is_found_and_removed_by_verify(private_store):
+    cold = run(CACHED)
+    assert_correct(cold)
+    record = rel.record_path(private_store, cold["fingerprint"], rel.key_of(cold, CACHED[0], "graph"))
+    shutil.rmtree(record.parent)
+    record.parent.write_text("not a directory")
+    report = run(CACHED)
+    assert_correct(report)
+    assert_one_warning(report, "cannot write")
+    found = [problem for problem in verify_problems()
+             if problem["problem"] == "a file where the store keeps a directory"]
+    assert [problem["path"] for problem in found] == [str(record.parent)]
+    assert run_cli("verify", "--repair").returncode == 1
+    assert verify_problems() == []
+    assert run(CACHED)["warnings"] == [] and record.exists()
+
+
 # Entries of other environments
 
 

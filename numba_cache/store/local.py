@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import stat
 import time
@@ -127,6 +128,20 @@ class LocalBackend:
                 if key + RECORD_SUFFIX not in files:
                     yield fingerprint, key, Path(files[name].path)
 
+    def files_in_place_of_directories(self) -> Iterator[Path]:
+        """Files where the store keeps a directory, a fingerprint's or a shard's: every
+        write of an entry there fails."""
+        for fingerprint in _names(self.root):
+            path = self.root / fingerprint
+            if not is_sha256_hex(fingerprint):
+                continue
+            if not path.is_dir():
+                yield path
+                continue
+            for shard in _names(path):
+                if _SHARD.fullmatch(shard) and not (path / shard).is_dir():
+                    yield path / shard
+
     def stale_temp_files(self) -> list[Path]:
         """Temp files left by writers that died (or that are older than an hour)."""
         try:
@@ -211,6 +226,16 @@ def _process_exists(pid: int) -> bool:
     except PermissionError:
         pass  # it exists, under another user
     return True
+
+
+_SHARD = re.compile(r"[0-9a-f]{2}")
+
+
+def _names(path: Path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def _subdirectories(path: Path) -> list[str]:

@@ -38,11 +38,12 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
 
     Finds unreadable records, ``.py`` copies that differ from their record's
     "source" blob, ``.py`` copies without a record, temp files of dead writers, a
-    temp directory that is not one (every write would fail), index rows without a
+    temp directory, fingerprint directory or shard directory that is not one (every
+    write there would fail), index rows without a
     file and files without a row, and entries whose references to others cannot be
     honoured (see :mod:`.references`); lists dangling references last. With
     `repair`, deletes unreadable entries and those whose references cannot be
-    honoured, orphans, stale temp files and what stands where the temp directory
+    honoured, orphans, stale temp files and files where the store's directories
     should be, rewrites wrong copies and brings the index in line with the files.
     """
     problems: list[Problem] = []
@@ -94,6 +95,10 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
         index.drop(stale_rows)
     for fingerprint, key, path in backend.orphan_sources():
         problems.append(Problem("source copy without a record", fingerprint, key, path))
+        if repair:
+            path.unlink(missing_ok=True)
+    for path in backend.files_in_place_of_directories():
+        problems.append(Problem("a file where the store keeps a directory", path=path))
         if repair:
             path.unlink(missing_ok=True)
     temp_dir = backend.temp_dir
