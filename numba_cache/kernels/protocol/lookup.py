@@ -174,8 +174,9 @@ def rebuild(context, entry: Entry, sig, target_context):
     if payload is None:
         return None
     try:
-        object_mode_blocks.note_blocks(object_mode_blocks.named_blocks(
-            *entry_layout.decode_blocks(entry.blobs.get(entry_layout.BLOCKS_BLOB))))
+        if entry_layout.BLOCKS_BLOB in entry.blobs:
+            object_mode_blocks.note_blocks(object_mode_blocks.named_blocks(
+                *entry_layout.decode_blocks(entry.blobs[entry_layout.BLOCKS_BLOB])))
         if entry_layout.DETACHED_BLOB in entry.blobs:
             detached.remember(entry.blobs[entry_layout.DETACHED_BLOB])
         return load_compile_result(payload, target_context,
