@@ -462,6 +462,10 @@ def test_a_store_it_may_not_read_is_one_clear_line(tmp_path):
 def test_dir_says_where_the_setting_came_from(private_store):
     result = json_of("dir")
     assert result == {"root": str(private_store), "source": "env NBCACHE_DIR", "exists": False}
+    assert numba_cache("dir").stdout.endswith("(env NBCACHE_DIR, does not exist yet)\n")
+    private_store.write_text("a file, not a store")
+    assert numba_cache("dir").stdout.endswith(
+        "(env NBCACHE_DIR, not a directory: the cache cannot be used)\n")
 
 
 def test_demo_runs_and_compares_like_with_like():

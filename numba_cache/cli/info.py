@@ -34,8 +34,10 @@ def command_dir(args) -> int:
             "exists": current.root.is_dir(),
         }))
     else:
-        missing = "" if current.root.is_dir() else ", does not exist yet"
-        print(f"{current.root}  ({current.source_of('root')}{missing})")
+        state = ("" if current.root.is_dir() else
+                 ", not a directory: the cache cannot be used" if current.root.exists() else
+                 ", does not exist yet")
+        print(f"{current.root}  ({current.source_of('root')}{state})")
     return 0
 
 

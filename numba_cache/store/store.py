@@ -323,7 +323,9 @@ class Store(Maintenance, SideFilesOfStore):
     def _may_write(self) -> bool:
         """Whether writing is allowed; the first refusal in a process is warned."""
         if self.readonly:
-            why = "readonly setting" if self.settings.readonly else "the directory is not writable"
+            why = ("readonly setting" if self.settings.readonly else
+                   "it is not a directory" if self.root.exists() and not self.root.is_dir()
+                   else "the directory is not writable")
             warn_once(
                 ("readonly", str(self.root)),
                 f"numba_cache: the cache {self.root} is read-only ({why}): "
