@@ -150,3 +150,33 @@ def test_pytensor_still_folds_with_its_node_in_a_local_named_node():
     code = getattr(function, "__wrapped__", function)
     code = getattr(code, "transform", code)
     assert "node" in inspect.signature(code).parameters or "node" in code.__code__.co_varnames
+
+
+PYMC_NEGATIVE_BINOMIAL = """
+import json
+import numpy as np, pymc as pm, pytensor.tensor as pt
+import numba_cache
+rng = np.random.default_rng(5)
+observed, group = rng.negative_binomial(5, 0.4, size=70).astype("int32"), rng.integers(0, 4, size=70)
+with pm.Model() as model:
+    mu = pm.Normal("mu", 2, 1, shape=4)
+    alpha = pm.HalfNormal("alpha", 5)
+    pm.NegativeBinomial("y", mu=pt.exp(mu[group]), alpha=alpha, observed=observed)
+point = model.initial_point()
+print(json.dumps({mode: float(model.compile_logp(mode=mode)(point)) for mode in ("NUMBA_CACHE", "NUMBA")}))
+"""
+
+
+def test_a_compile_under_warnings_as_errors_is_not_failed_by_a_cast_the_data_reads_try(tmp_path):
+    """Rewriting this model makes a float32 constant of -inf; the data reads try it as
+    integers, which numpy warns about. Test suites run with warnings as errors: the cold
+    compile must give NUMBA's value there too, not raise."""
+    from helpers import run_python
+
+    from numba_cache.evaluation.compare import NUMBA_ULP_BOUND, ulp_distance
+
+    values = run_python(PYMC_NEGATIVE_BINOMIAL, env={
+        "PYTHONWARNINGS": "error::RuntimeWarning", "NBCACHE_DIR": str(tmp_path / "store"),
+        "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'compiledir'}"})
+    # Within the bound against NUMBA, whose generated code differs (evaluation/compare.py).
+    assert ulp_distance(values["NUMBA_CACHE"], values["NUMBA"]) <= NUMBA_ULP_BOUND
