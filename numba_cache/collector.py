@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import gc
 
+from numba_cache import session
+
 
 #: Objects frozen before numba_cache was imported: Python 3.12 freezes a few hundred of
 #: its own at start-up; anyone freezing later (a server before forking workers) adds.
@@ -33,11 +35,16 @@ def older_objects_frozen():
     and those are someone else's. What was frozen before the import is thawed by
     the first block, as the interpreter's own are.
     """
-    if not gc.isenabled() or gc.get_freeze_count() > FROZEN_AT_IMPORT:
+    state = session.current()
+    # The session's flag first: counting the frozen objects walks them all.
+    if (state.older_objects_frozen or not gc.isenabled()
+            or gc.get_freeze_count() > FROZEN_AT_IMPORT):
         yield
         return
     gc.freeze()
+    state.older_objects_frozen = True
     try:
         yield
     finally:
+        state.older_objects_frozen = False
         gc.unfreeze()

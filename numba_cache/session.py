@@ -78,6 +78,9 @@ class Session:
         self.cpu_target = None
         #: logs: the handler printing numba_cache's records on stderr, once one was asked for.
         self.stderr_handler = None  # a logging.Handler
+        #: collector: whether a compile phase of this process froze its older objects (asking
+        #: ``gc.get_freeze_count`` instead walks every frozen object).
+        self.older_objects_frozen = False
 
         # -- What happened: counters, notices, observers --
         #: kernels/outcomes/report: counters of this process (``session_stats``).
