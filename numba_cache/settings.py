@@ -138,9 +138,10 @@ def _parse_remote_url(text: str, what: str) -> str:
 
 
 def _check_server_address(url: str, text: str, what: str) -> None:
-    """A Redis URL's host and port, read as its client reads them (which raises)."""
+    """A Redis URL's port and bracketed host, read as its client reads them: reading them
+    raises for a port that is no number from 0 to 65535, or an unclosed bracket."""
     try:
-        urllib.parse.urlsplit(url).port  # noqa: B018 - reading it checks it: 0 to 65535
+        urllib.parse.urlsplit(url).port
     except ValueError as problem:
         raise SettingsError(f"{what}: {text!r} is not a server address ({problem}); use "
                             "redis://host:port/db, for example redis://cache-host:6379/0") from None

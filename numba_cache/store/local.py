@@ -131,10 +131,8 @@ class LocalBackend:
     def files_in_place_of_directories(self) -> Iterator[Path]:
         """Files where the store keeps a directory, a fingerprint's or a shard's: every
         write of an entry there fails."""
-        for fingerprint in _names(self.root):
+        for fingerprint in filter(is_sha256_hex, _names(self.root)):
             path = self.root / fingerprint
-            if not is_sha256_hex(fingerprint):
-                continue
             if not path.is_dir():
                 yield path
                 continue
