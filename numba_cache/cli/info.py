@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from numba_cache import settings as settings_module
 from numba_cache.cli.access import open_store
@@ -34,9 +35,9 @@ def command_dir(args) -> int:
             "exists": current.root.is_dir(),
         }))
     else:
-        state = ("" if current.root.is_dir() else
-                 ", not a directory: the cache cannot be used" if current.root.exists() else
-                 ", does not exist yet")
+        state = ("" if os.path.isdir(current.root) else
+                 ", not a directory: the cache cannot be used" if os.path.exists(current.root)
+                 else ", does not exist yet")
         print(f"{current.root}  ({current.source_of('root')}{state})")
     return 0
 

@@ -133,11 +133,11 @@ class LocalBackend:
         write of an entry there fails."""
         for fingerprint in filter(is_sha256_hex, _names(self.root)):
             path = self.root / fingerprint
-            if not path.is_dir():
+            if not os.path.isdir(path):
                 yield path
                 continue
             for shard in _names(path):
-                if _SHARD.fullmatch(shard) and not (path / shard).is_dir():
+                if _SHARD.fullmatch(shard) and not os.path.isdir(path / shard):
                     yield path / shard
 
     def stale_temp_files(self) -> list[Path]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 from pathlib import Path
 
@@ -324,7 +325,9 @@ class Store(Maintenance, SideFilesOfStore):
         """Whether writing is allowed; the first refusal in a process is warned."""
         if self.readonly:
             why = ("readonly setting" if self.settings.readonly else
-                   "it is not a directory" if self.root.exists() and not self.root.is_dir()
+                   # os.path's tests, not Path's: those raise where the path cannot be searched.
+                   "it is not a directory" if os.path.exists(self.root)
+                   and not os.path.isdir(self.root)
                    else "the directory is not writable")
             warn_once(
                 ("readonly", str(self.root)),
