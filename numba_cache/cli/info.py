@@ -32,7 +32,7 @@ def command_dir(args) -> int:
         print(json.dumps({
             "root": str(current.root),
             "source": current.source_of("root"),
-            "exists": current.root.is_dir(),
+            "exists": os.path.isdir(current.root),
         }))
     else:
         state = ("" if os.path.isdir(current.root) else
