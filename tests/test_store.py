@@ -197,7 +197,7 @@ def test_disabled_store_neither_serves_nor_writes(tmp_path):
     del writer
     gc.collect()
     before = snapshot(tmp_path / "cache")
-    disabled = store_package.open_store(
+    disabled = store_package.NullStore(
         settings.override(settings.current(), root=tmp_path / "cache", disabled=True))
     assert disabled.load(FINGERPRINT, digest("a")) is None
     assert disabled.save(make_entry("b"), source_of("b")) is False

@@ -15,7 +15,7 @@ from numba_cache.kernels.outcomes import replaced_numba
 from numba_cache.kernels.runtime import numba_runtime as runtime
 from numba_cache.keys import Fingerprint, current_fingerprint
 from numba_cache.keys.fingerprint import PYTENSOR_FLAGS
-from numba_cache.store import NullStore, Store, StoreWarning, open_store
+from numba_cache.store import NullStore, Store, StoreWarning
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,9 @@ def adopt_state(state: dict, **overrides) -> CacheContext:
 
 
 def _context(settings, fingerprint) -> CacheContext:
-    store = session.current().stores.get(settings, lambda: open_store(settings))
+    # A disabled cache has a store of nothing, so that Store need not ask in every method.
+    store = session.current().stores.get(
+        settings, lambda: NullStore(settings) if settings.disabled else Store(settings))
     context = CacheContext(settings, store, fingerprint, enabled=False)
     if settings.disabled or not _self_test_passed(context):
         return context

@@ -1,7 +1,8 @@
 """The store of a process whose cache is disabled: it holds nothing and writes nothing.
 
-:func:`open_store` gives one when ``settings.disabled`` is set, so that the real
-:class:`~.store.Store` need not ask, in every method, whether it is switched off.
+A compile's context (:mod:`numba_cache.kernels.context`) takes one when
+``settings.disabled`` is set, so that the real :class:`~.store.Store` need not ask, in
+every method, whether it is switched off.
 It has what a compile asks of a store; maintenance (the command line) always
 opens the real store.
 """
@@ -14,7 +15,6 @@ from pathlib import Path
 from ..settings import Settings
 from .entry import Entry
 from .local import LocalBackend
-from .store import Store
 
 
 class NullStore:
@@ -86,8 +86,3 @@ class NullStore:
 
     def linking_claims(self) -> list[dict]:
         return []
-
-
-def open_store(settings: Settings) -> Store | NullStore:
-    """The store of `settings`: a :class:`NullStore` when the cache is disabled."""
-    return NullStore(settings) if settings.disabled else Store(settings)

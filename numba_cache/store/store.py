@@ -30,7 +30,7 @@ INDEX_NAME = "index.sqlite3"
 
 class Store(Maintenance, SideFilesOfStore):
     """Compiled kernels on disk, under ``settings.root`` (``settings.disabled`` is not its
-    business: :func:`.null.open_store` gives a store of nothing then).
+    business: a compile then takes a :class:`.null.NullStore`, a store of nothing).
 
     Nothing is created until the first write. Loads and saves never raise for I/O
     trouble: a corrupt or unreadable entry is a miss, a failed write returns False,

@@ -226,7 +226,8 @@ def _tell_what_conversion_tells(cache: GraphKernelCache) -> None:
     """
     entry = cache.prefetch()
     if entry is not None and entry.cacheable:
-        replay.emit(entry_layout.decode_warnings(entry.blobs.get(entry_layout.WARNINGS_BLOB)))
+        if said := entry_layout.decode_warnings(entry.blobs.get(entry_layout.WARNINGS_BLOB)):
+            replay.emit(said)
     else:
         cache.prepare_now()
 

@@ -354,10 +354,9 @@ def compiled_ahead(kind: str, key_digest: str, signature) -> bool:
     """Whether the kernel of `kind` and `key_digest` for `signature` was compiled and stored
     by a helper of this process's compile (a load of it is then a miss of that compile):
     an op kernel, by the helper of the graph being typed; an object-mode block, by the
-    helper of the graph whose first call loads it."""
+    helper of the graph whose first call loads it. Ask only where
+    :meth:`~numba_cache.session.Session.may_load_work_ahead`."""
     state = session.current()
-    if not state.may_load_work_ahead(kind):
-        return False
     blocks_ahead = state.blocks_ahead
     for helper in state.compile_ahead_running:
         helper.read_announcements()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from numba_cache import session
 from numba_cache.kernels.helpers import compile_ahead
 from numba_cache.kernels.outcomes import report
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable
@@ -149,7 +150,9 @@ class KernelLookup:
         """Count a load from the store: a hit, or the miss it is when a helper of this
         compile compiled it (:mod:`.compile_ahead`)."""
         kind = self._key.kind
-        if compile_ahead.compiled_ahead(kind, self._key.digest, sig):
+        # A warm hit, with no helper's work to look for, asks no helper.
+        if (session.current().may_load_work_ahead(kind)
+                and compile_ahead.compiled_ahead(kind, self._key.digest, sig)):
             # A forked helper cannot reach every remote tier: its work is published here.
             self._context.store.publish_stored(self._context.fingerprint.digest,
                                                self._key.digest)
