@@ -34,7 +34,9 @@ CODEGEN = 6
 #: 4: the one-element constants nodes read are passed in packs too
 #: (``codegen/sources.py``), graph kernels are indexed by their code too
 #: (``keys/kernels.py``: ``graph_code_key``), their IR digested without their name.
-GRAPH_BODY = 4
+#: 5: a lifted one-element tensor is a constant view with its address put in, and a body
+#: split in parts makes its embedded constants in the parts only (less IR to build).
+GRAPH_BODY = 5
 
 #: The stored form of an object-mode block, part of its key.
 #: 1: its environment is rebuilt by ``kernels/runtime/detached.py`` (from the names its

@@ -108,3 +108,78 @@ def test_without_a_memory_map_any_integer_in_address_range_counts_as_baked(monke
     monkeypatch.setattr(uncacheable.sys, "platform", "darwin")
     assert uncacheable.baked_address(llvm_ir.format(value=address)) == address
     assert uncacheable.baked_address(llvm_ir.format(value=123_456_789)) is None
+
+
+def _rebuilds(value, source) -> bool:
+    """Whether the llvmlite `value` is `source` put back together member by member
+    (an ``insertvalue`` chain over undef of ``extractvalue``s of it, nested alike)."""
+    from llvmlite import ir
+
+    if value is source:
+        return True
+    members = {}
+    while isinstance(value, ir.InsertValue):
+        aggregate, element = value.operands
+        members.setdefault(tuple(value.indices), element)
+        value = aggregate
+    if not (isinstance(value, ir.Constant) and value.constant is ir.Undefined
+            and set(members) == {(index,) for index in range(len(source.type.elements))}):
+        return False
+    for indices, element in members.items():
+        origins = {id(origin): origin for origin in _extracts_of(element, source)}
+        if len(origins) != 1:
+            return False
+        [origin] = origins.values()
+        if tuple(origin.indices) != indices or not _rebuilds(element, origin):
+            return False
+    return True
+
+
+def _extracts_of(value, source):
+    """The ``extractvalue`` instructions of `source` that `value` is made of."""
+    from llvmlite import ir
+
+    if isinstance(value, ir.ExtractValue) and value.operands[0] is source:
+        yield value
+    elif isinstance(value, ir.Instruction):
+        for operand in value.operands:
+            yield from _extracts_of(operand, source)
+
+
+@pytest.mark.parametrize("numba_type", ["float64[:]", "int64[:, :, ::1]", "UniTuple(intp, 3)",
+                                        "float32", "boolean", "Optional(float64)", "shifted"])
+def test_a_value_is_used_as_returned_only_where_numba_would_rebuild_it_unchanged(numba_type):
+    """call_reusing_slots skips numba's conversion of a returned value where
+    ``returned_as_held`` says it gives the value back unchanged (an array's members
+    rebuilt one by one). Checked against what numba's conversion emits: it must
+    rebuild the value exactly wherever the shortcut is taken; and the shortcut must
+    still be taken for arrays, or large graph kernels grow by a quarter. "shifted" is
+    an extension's model whose conversion changes the value without changing its type."""
+    from llvmlite import ir
+    from numba.core import types
+    from numba.core.datamodel import models
+    from numba.core.registry import cpu_target
+
+    from numba_cache._compat.numba_internals import returned_as_held
+
+    class Shifted(models.IntegerModel):
+        def from_return(self, builder, value):
+            return builder.add(value, ir.Constant(value.type, 1))
+
+    manager = cpu_target.target_context.data_model_manager
+    if numba_type == "shifted":
+        numba_type = types.int64
+        model = Shifted(manager, numba_type)
+    else:
+        numba_type = eval(numba_type, vars(types))
+        model = manager[numba_type]
+    function = ir.Function(ir.Module(), ir.FunctionType(model.get_value_type(),
+                                                        [model.get_return_type()]), "f")
+    builder = ir.IRBuilder(function.append_basic_block())
+    [returned] = function.args
+    converted = model.from_return(builder, returned)
+    shortcut = returned_as_held(model) and returned.type == model.get_value_type()
+    if shortcut:
+        assert _rebuilds(converted, returned)
+    if isinstance(numba_type, types.Array | types.UniTuple):
+        assert shortcut, "numba's data models moved: returned arrays are rebuilt again"

@@ -229,8 +229,35 @@ def call_reusing_slots(context, builder, callee, return_type, argument_types, ar
     packed = list(call_conv._get_arg_packer(argument_types).as_arguments(builder, arguments))
     code = builder.call(callee, [return_slot, excinfo_slot, *packed])
     status = call_conv._get_return_status(builder, code, builder.load(excinfo_slot))
-    value = context.get_returned_value(builder, return_type, builder.load(return_slot))
+    value = builder.load(return_slot)
+    model = context.data_model_manager[return_type]
+    if not (returned_as_held(model) and value.type == model.get_value_type()):
+        value = context.get_returned_value(builder, return_type, value)
     return status, value
+
+
+def returned_as_held(model, conversion: str = "from_return") -> bool:
+    """Whether numba's `conversion` of a value of data `model` (``from_return``: a
+    returned value to the value held; ``from_data``) gives it back unchanged.
+
+    It does for numbers and pointers, and for tuples and structures of those, arrays
+    among them; numba still rebuilds each, member by member: about 20 instructions per
+    array a call returns, a quarter of a large graph kernel's IR. Known by the classes
+    that implement it, so a model numba changes is converted as numba does."""
+    from numba.core.datamodel import models
+
+    implementation = getattr(type(model), conversion)
+    if implementation is getattr(models.PrimitiveModel, conversion):
+        return True
+    if isinstance(model, models.UniTupleModel):
+        if conversion == "from_return":  # numba returns a tuple as it holds it
+            return implementation is models.UniTupleModel.from_return
+        return (implementation is models.UniTupleModel.from_data
+                and returned_as_held(model._elem_model, "from_data"))
+    if isinstance(model, models.StructModel) and implementation is getattr(
+            models.StructModel, conversion):
+        return all(returned_as_held(member, "from_data") for member in model._models)
+    return False
 
 
 @contextlib.contextmanager
