@@ -369,6 +369,17 @@ def test_explain_names_the_node_whose_constant_changed(store, compiled, tmp_path
     assert listing() == before  # explaining stores nothing and touches nothing
 
 
+def test_explain_of_two_keys_of_different_kinds_says_so(store, compiled):
+    entries = listing()
+    op = entry_of(entries, kind="op", fingerprint=compiled.current, summary_part="exp")
+    graph = next(entry for entry in entries if entry["kind"] == "graph")
+    result = numba_cache("explain", op["key"][:12], graph["key"][:12])
+    assert result.returncode == 0, result.stderr
+    assert "an op entry and a graph entry are keyed by different components" in result.stdout
+    same = numba_cache("explain", graph["key"][:12], graph["key"][:12])
+    assert "different components" not in same.stdout
+
+
 def test_explain_tells_a_changed_lifted_constant_hits_both_levels(store, compiled, tmp_path):
     """EXP's constant is an argument of its op kernel and of its graph kernel
     (numba_cache/codegen/lifted_constants.py): another value is a hit."""

@@ -73,6 +73,9 @@ def _compare(args, old_prefix: str, new_prefix: str) -> int:
         }, indent=2))
         return 0
     print(f"{old.key[:DIGEST_DIGITS]} ({old.kind}) → {new.key[:DIGEST_DIGITS]} ({new.kind})")
+    if old.kind != new.kind:
+        print(f"  ({_article(old.kind)} {old.kind} entry and {_article(new.kind)} {new.kind} entry are keyed by different components: "
+              "compare two entries of the same kind to see why one was not the other)")
     for difference in differences:
         print(f"  {_difference_text(difference)}")
     if not differences:
@@ -141,3 +144,7 @@ def _explanation_json(explanation: explain.Explanation) -> dict:
         "nearest": None if explanation.nearest is None else _entry_reference(explanation.nearest),
         "differences": [_difference_json(difference) for difference in explanation.differences],
     }
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
