@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -197,6 +199,7 @@ def command_export(args) -> int:
 
 def command_import(args) -> int:
     key = _archive_secret()
+    created = not os.path.lexists(settings_module.current().root)
     store = open_store(write=True, create=True)
     current = this_environment()
     from numba_cache.cli.progress import StatusLine
@@ -209,6 +212,9 @@ def command_import(args) -> int:
                 secret=key,
             )
     except archive.ArchiveError as error:
+        if created:  # a store made for an archive that could not be read is not left behind
+            with contextlib.suppress(OSError):
+                os.rmdir(store.root)  # only while it is empty
         raise CliError(str(error)) from None
     damaged = report.count("damaged")
     skipped = [outcome for outcome in report.outcomes if outcome.result not in ("imported", "present")]
