@@ -162,6 +162,9 @@ class Session:
         self.tensor_constant_lock = threading.Lock()
         #: rewritten/data_reads: the ``DataReads`` recording the current rewrite's reads.
         self.data_reads_watching = contextvars.ContextVar("numba_cache_data_reads", default=None)
+        #: rewritten/data_reads: held through a watched rewrite, one thread's at a time: the
+        #: facts it sets aside on shared data constants must be recomputed where it sees them.
+        self.watched_rewrite_lock = threading.RLock()
 
         # -- The store's files --
         #: store/index: SQLite connections a forked child inherited, kept unused until it exits.

@@ -21,10 +21,14 @@ from numba_cache.store import Store
 N = 40  # above HIDDEN_MIN_SIZE: passed to the kernel, described by shape in the data key
 
 
-def compile_and_run(build, data, x_value):
-    """Outputs of ``build(x, data)`` in our mode and in NUMBA, and what the rewrite cache did."""
+def compile_and_run(build, data, x_value, before=None):
+    """Outputs of ``build(x, data)`` in our mode and in NUMBA, and what the rewrite cache did;
+    ``before(x, constant)`` runs first on the same data constant, if given."""
     x = pt.vector("x", shape=(None,))
-    outputs = build(x, pt.as_tensor(data))
+    constant = pt.as_tensor(data)
+    if before is not None:
+        before(x, constant)
+    outputs = build(x, constant)
     numba_cache.reset_session_stats()
     ours = pytensor.function([x], outputs, mode="NUMBA_CACHE")(x_value)
     stats = numba_cache.session_stats()
@@ -71,6 +75,48 @@ def test_data_whose_elements_are_all_equal_is_not_reused_for_other_data():
     # The data key stays with the first data's answers; other data is found by content.
     assert compile_and_run(scaled, np.linspace(1.0, 2.0, N), X)
     assert not compile_and_run(scaled, np.linspace(3.0, 4.0, N), X)
+
+
+def compile_first(build):
+    """What ``before`` does in PyTensor's place: a compile of `build` over the same constant."""
+    return lambda x, constant: pytensor.function([x], build(x, constant), mode="NUMBA_CACHE")
+
+
+def scaled_by(x, data):
+    return x[:N] * data
+
+
+def accumulated(x, index):  # rewritten to an increment only when the index has no duplicates
+    return pt.set_subtensor(x[index], x[index] + x[:N])
+
+
+@pytest.mark.parametrize("build, first, other, before", [
+    pytest.param(scaled_by, np.ones(N), np.arange(N, dtype="float64"),
+                 lambda x, constant: constant.unique_value, id="unique_value read by the user"),
+    pytest.param(scaled_by, np.ones(N), np.arange(N, dtype="float64"),
+                 compile_first(lambda x, c: x[:N] + c * 2.0), id="unique_value of a compile"),
+    pytest.param(accumulated, np.arange(N), np.full(N, 2), compile_first(
+        lambda x, c: pt.set_subtensor(x[c], x[c] + 2.0 * x[:N])), id="unique_indices"),
+    pytest.param(gather, np.arange(N), np.arange(N)[::-1].copy(),
+                 compile_first(lambda x, c: x[c] * 3.0), id="is_arange"),
+])
+def test_facts_pytensor_cached_on_the_data_are_asked_again(build, first, other, before):
+    """PyTensor keeps what it learned of a constant's values on the constant (its unique
+    value; tags saying an index is an arange or has no duplicates) and reads it there
+    later, not the values. A rewrite that took the fact from there asked the data
+    nothing, and its graph was served for any data: x * ones rewritten to x for an
+    arange, duplicate indices summed as unique, a reversed index taken as a slice."""
+    assert not compile_and_run(build, first, X, before)
+    assert not compile_and_run(build, other, X)
+
+
+def test_an_unknown_attribute_on_a_data_constant_makes_the_rewrite_data_bound():
+    def tagged(x, constant):
+        constant.tag.is_sorted = True  # a fact of a kind numba_cache does not know
+
+    assert not compile_and_run(scaled_by, np.linspace(1.0, 2.0, N), X, tagged)
+    (reason,) = data_key_reasons()
+    assert "holds tag.is_sorted" in reason
 
 
 def data_key_reasons():

@@ -10,6 +10,14 @@ changes nothing for constants made before, during or after.
 The property is installed when the first watch begins and removed when the last
 one ends (watches nest and may run in several threads), so that outside a watched
 rewrite PyTensor runs exactly as without numba_cache.
+
+PyTensor also keeps facts it derived from a constant's values on the constant
+(:data:`CACHED_FACTS`: ``unique_value``, whether an index array is an ``arange``
+or has no duplicates, whether a matrix is diagonal...), and reads them there
+afterwards without reading the values. A watch sets them aside while it lasts
+(:func:`facts_set_aside`), so that a rewrite that needs one computes it again from
+the values, where the watch sees it; an attribute beyond those and a fresh
+constant's (:func:`unknown_facts`) may be such a fact too, unseen.
 """
 
 from __future__ import annotations
@@ -41,6 +49,43 @@ def reads_seen_by(getter: Callable) -> Iterator[None]:
                 del TensorConstant.data
 
 
+#: What a fresh TensorConstant holds (instance attributes, then its tag's): not facts.
+FRESH_ATTRIBUTES = frozenset({"type", "data", "name", "tag", "auto_name"})
+FRESH_TAG_ATTRIBUTES = frozenset({"trace"})
+
+#: Facts PyTensor derives from a constant's values and caches on it: instance
+#: attributes, then attributes of its tag (``TensorConstant.unique_value``;
+#: ``tensor/rewriting/subtensor.py``; the inferences of ``pytensor.assumptions``).
+CACHED_FACTS = frozenset({"_unique_value"})
+CACHED_TAG_FACTS = frozenset({"unique_indices", "jointly_unique_indices", "is_arange",
+                              "is_diagonal", "is_tridiagonal", "is_permutation",
+                              "is_selection"})
+
+
+def facts_set_aside(constant) -> tuple[dict, dict]:
+    """Remove the :data:`CACHED_FACTS` `constant` holds; they are returned, for
+    :func:`put_facts_back`."""
+    instance, tag = vars(constant), vars(constant.tag)
+    return ({name: instance.pop(name) for name in CACHED_FACTS & instance.keys()},
+            {name: tag.pop(name) for name in CACHED_TAG_FACTS & tag.keys()})
+
+
+def put_facts_back(constant, facts: tuple[dict, dict]) -> None:
+    """Put back the facts :func:`facts_set_aside` removed (those recomputed meanwhile are
+    of the same values, and give way)."""
+    instance, tag = facts
+    vars(constant).update(instance)
+    vars(constant.tag).update(tag)
+
+
+def unknown_facts(constant) -> list[str]:
+    """The attributes of `constant` and its tag that neither a fresh constant nor the
+    known facts account for: facts PyTensor may have cached that no watch would see read."""
+    return sorted({*(vars(constant).keys() - FRESH_ATTRIBUTES - CACHED_FACTS),
+                   *(f"tag.{name}" for name in
+                     vars(constant.tag).keys() - FRESH_TAG_ATTRIBUTES - CACHED_TAG_FACTS)})
+
+
 def _value(constant):
     try:
         return constant.__dict__["data"]
@@ -64,3 +109,5 @@ def check() -> None:
     require("data" not in getattr(Constant, "__slots__", ()), "Constant keeps 'data' in a slot")
     constant = TensorConstant(dvector, np.zeros(2))
     require("data" in vars(constant), "a TensorConstant no longer keeps its value in 'data'")
+    require(not unknown_facts(constant),
+            f"a fresh TensorConstant holds attributes not known: {unknown_facts(constant)}")

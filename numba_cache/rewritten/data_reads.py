@@ -360,20 +360,46 @@ def _raw(constant):
 
 
 class watch:
-    """Context manager: record reads of data constants into `reads` meanwhile."""
+    """Context manager: record reads of data constants into `reads` meanwhile.
+
+    The facts PyTensor cached on the data constants (an earlier rewrite's, or the
+    user's ``unique_value``) are set aside meanwhile: read from there, they would
+    answer a question no read of the values asked. An attribute that may be such a
+    fact, of a kind not known, makes the rewrite data-bound. Watched rewrites run
+    one thread at a time, so that none reads a fact another recomputed meanwhile.
+    """
 
     def __init__(self, reads: DataReads):
         self._reads = reads
 
     def __enter__(self) -> DataReads:
-        self._property = tensor_constant_data.reads_seen_by(_seen)
-        self._property.__enter__()
-        self._token = session.current().data_reads_watching.set(self._reads)
+        state = session.current()
+        state.watched_rewrite_lock.acquire()
+        try:
+            for position, constant in enumerate(self._reads.originals):
+                if unknown := tensor_constant_data.unknown_facts(constant):
+                    self._reads.bound_by.append(
+                        f"data constant {position} holds {', '.join(unknown)}, which "
+                        "rewriting may read instead of its values")
+            self._set_aside = [(constant, tensor_constant_data.facts_set_aside(constant))
+                               for constant in self._reads.originals]
+            self._property = tensor_constant_data.reads_seen_by(_seen)
+            self._property.__enter__()
+        except BaseException:
+            state.watched_rewrite_lock.release()
+            raise
+        self._token = state.data_reads_watching.set(self._reads)
         return self._reads
 
     def __exit__(self, *exc_info) -> None:
-        session.current().data_reads_watching.reset(self._token)
-        self._property.__exit__(*exc_info)
+        state = session.current()
+        try:
+            state.data_reads_watching.reset(self._token)
+            self._property.__exit__(*exc_info)
+            for constant, facts in self._set_aside:
+                tensor_constant_data.put_facts_back(constant, facts)
+        finally:
+            state.watched_rewrite_lock.release()
 
 
 def folded_node(frame):
