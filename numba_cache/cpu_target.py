@@ -19,10 +19,9 @@ illegal instruction, so it never computes the fingerprint that would load it.
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 
-from numba_cache import session
+from numba_cache import logs, session
 from numba_cache._compat import numba_internals
 
 HOST = "host"
@@ -74,9 +73,9 @@ def apply(target: str) -> None:
         return
     problem = _why_not(target)
     if problem is not None:
-        warnings.warn(f"numba_cache: NBCACHE_TARGET={target} is not used, {problem}; kernels "
-                      "are compiled for this machine's CPU and shared only with machines "
-                      "of its model", TargetWarning, stacklevel=3)
+        logs.warn(f"numba_cache: NBCACHE_TARGET={target} is not used, {problem}; kernels "
+                  "are compiled for this machine's CPU and shared only with machines "
+                  "of its model", TargetWarning, stacklevel=3)
         return
     baseline = _baseline(target)
     os.environ["NUMBA_CPU_NAME"], os.environ["NUMBA_CPU_FEATURES"] = baseline.name, ""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 from numba_cache import session
 
@@ -22,6 +23,16 @@ logger = logging.getLogger("numba_cache")
 ENVIRONMENT = "NBCACHE_LOG"
 #: Level names accepted by NBCACHE_LOG and :func:`set_level`.
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
+
+def warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 1) -> None:
+    """Warn as :func:`warnings.warn`, except where a filter makes the warning an error
+    (``-W error``, pytest's ``filterwarnings = error``): it is logged instead. What goes
+    wrong with the cache never fails the compile or the start-up that meets it."""
+    try:
+        warnings.warn(message, category, stacklevel=stacklevel + 1)
+    except category:
+        logger.warning("%s", message)
+
 
 def set_level(name: str) -> None:
     """Print numba_cache's log records of level `name` and above on stderr.

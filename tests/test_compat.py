@@ -183,3 +183,25 @@ def test_a_value_is_used_as_returned_only_where_numba_would_rebuild_it_unchanged
         assert _rebuilds(converted, returned)
     if isinstance(numba_type, types.Array | types.UniTuple):
         assert shortcut, "numba's data models moved: returned arrays are rebuilt again"
+
+
+def test_every_fact_pytensor_caches_on_a_constant_is_known():
+    """The facts PyTensor derives from a constant's values and keeps on it are set aside
+    while a rewrite is watched (``_compat/tensor_constant_data.py``); one of a kind not
+    known makes every rewrite over that constant data-bound. Ask PyTensor every question
+    it caches the answer of, and check that what it left is known."""
+    from pytensor.assumptions.core import CONSTANT_INFER_REGISTRY
+    from pytensor.tensor.rewriting import subtensor
+
+    from numba_cache._compat.tensor_constant_data import unknown_facts
+
+    square = pt.as_tensor(np.eye(40))
+    index = pt.as_tensor(np.arange(40))
+    for constant in (square, index):
+        constant.unique_value  # noqa: B018 - cached on first read
+        for infer in CONSTANT_INFER_REGISTRY.values():
+            infer(constant)
+    subtensor._constant_is_arange(index)
+    subtensor._constant_has_unique_indices(index)
+    subtensor._constant_indices_jointly_unique([index, index])
+    assert unknown_facts(square) == [] and unknown_facts(index) == []

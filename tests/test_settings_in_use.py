@@ -57,3 +57,45 @@ def test_an_upstream_seam_that_moved_turns_the_cache_off_with_one_warning(moved,
     assert result["value"] == compile_tiny(env={"NBCACHE_DISABLE": "1"})["value"]
     assert len([w for w in result["warnings"] if "turned off" in w]) == 1, result["warnings"]
     assert not list(private_store.rglob("*.nbk"))
+
+
+UNDER_WARNINGS_AS_ERRORS = """
+import json
+import numpy as np, pytensor, pytensor.tensor as pt
+import numba_cache
+x = pt.vector("x")
+value = pytensor.function([x], pt.exp(x) * 2.0 + x.sum(), mode="NUMBA_CACHE")(np.arange(3.0))
+print(json.dumps({"value": value.tolist(), "stats": dict(numba_cache.session_stats())}))
+"""
+
+
+@pytest.mark.parametrize("trouble", ["damaged entries", "a store that cannot be written",
+                                     "a size cap below the process's kernels"])
+def test_the_caches_own_warnings_fail_no_compile_under_warnings_as_errors(
+        trouble, private_store, tmp_path):
+    """With warnings made errors (``-W error``, pytest's ``filterwarnings = error``), what
+    numba_cache warns about is logged on stderr instead: the compile goes on as without
+    the cache. Raised, a damaged entry failed every compile that met it and, warned
+    before it was removed, stayed in the store to fail the next one too."""
+    import numpy as np
+
+    expected = (np.exp(np.arange(3.0)) * 2.0 + 3.0).tolist()
+    env = {"PYTHONWARNINGS": "error"}
+    if trouble == "damaged entries":
+        run_python(UNDER_WARNINGS_AS_ERRORS)
+        for path in private_store.rglob("*.nbk"):
+            path.write_bytes(path.read_bytes()[:100])
+        expected_message = "ignoring the unreadable cache entry"
+    elif trouble == "a store that cannot be written":
+        (tmp_path / "a file").write_text("")
+        env["NBCACHE_DIR"] = str(tmp_path / "a file" / "store")
+        expected_message = "is read-only"
+    else:
+        env["NBCACHE_MAX_SIZE"] = "1K"
+        expected_message = "Raise NBCACHE_MAX_SIZE"
+    result = run_python(UNDER_WARNINGS_AS_ERRORS, env)
+    assert np.allclose(result["value"], expected, rtol=1e-15, atol=0)
+    assert expected_message in result["stderr"]
+    if trouble == "damaged entries":  # removed by the process that met them
+        again = run_python(UNDER_WARNINGS_AS_ERRORS, env)
+        assert "unreadable" not in again["stderr"] and again["value"] == result["value"]

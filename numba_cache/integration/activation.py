@@ -28,11 +28,10 @@ import it when they unpickle a function compiled through it.
 from __future__ import annotations
 
 import contextlib
-import warnings
 
 from pytensor.compile import mode as mode_module
 
-from numba_cache import cpu_target, session, settings
+from numba_cache import cpu_target, logs, session, settings
 from numba_cache.integration.linker import numba_cache_mode
 
 #: The names activation replaces: (mapping or module, name), in this order.
@@ -57,7 +56,7 @@ def activate_if_asked() -> None:
     try:
         wanted = settings.read("activate")
     except settings.SettingsError as error:
-        warnings.warn(f"numba_cache is not activated: {error}", stacklevel=3)
+        logs.warn(f"numba_cache is not activated: {error}", stacklevel=3)
         return
     if wanted:
         activate()

@@ -38,7 +38,11 @@ def install_hook() -> None:
     except Exception as error:  # the hook never breaks the interpreter's start
         import warnings
 
-        warnings.warn(f"numba_cache is not activated: importing it failed: {error!r}", stacklevel=2)
+        message = f"numba_cache is not activated: importing it failed: {error!r}"
+        try:
+            warnings.warn(message, stacklevel=2)
+        except UserWarning:  # -W error: still not a broken start
+            print(message, file=sys.stderr)
 
 
 # Installing the .pth file (numba-cache startup)

@@ -12,17 +12,17 @@ that moment would import the half-made module again and fail. A meta path
 finder, present only while functions wait, wraps the loading of ``pytensor``
 and of numba_cache's modules to know when that moment comes.
 
-It imports nothing but the standard library and :mod:`numba_cache.session` (which
-imports nothing else): importing it must stay cheap.
+It imports nothing but the standard library, :mod:`numba_cache.session` and
+:mod:`numba_cache.logs` (which import nothing else of numba_cache's but the session):
+importing it must stay cheap.
 """
 
 from __future__ import annotations
 
 import sys
-import warnings
 from collections.abc import Callable
 
-from numba_cache import session
+from numba_cache import logs, session
 
 
 def when_pytensor_is_imported(function: Callable[[], None]) -> None:
@@ -42,8 +42,8 @@ def _call(function: Callable[[], None]) -> None:
     try:
         function()
     except Exception as error:
-        warnings.warn(f"numba_cache: {getattr(function, '__qualname__', function)} failed after "
-                      f"PyTensor was imported: {error!r}; numba_cache is not in use", stacklevel=3)
+        logs.warn(f"numba_cache: {getattr(function, '__qualname__', function)} failed after "
+                  f"PyTensor was imported: {error!r}; numba_cache is not in use", stacklevel=3)
 
 
 def _watched(name: str) -> bool:
@@ -67,9 +67,9 @@ class _WaitForPyTensor:
         if hasattr(spec.loader, "exec_module"):
             spec.loader = _CallWhenDone(spec.loader)
         elif name == "pytensor":
-            warnings.warn(f"numba_cache: cannot wait for PyTensor's import (its loader is "
-                          f"{spec.loader!r}); the NUMBA_CACHE mode is not registered: import "
-                          "pytensor before numba_cache", stacklevel=2)
+            logs.warn(f"numba_cache: cannot wait for PyTensor's import (its loader is "
+                      f"{spec.loader!r}); the NUMBA_CACHE mode is not registered: import "
+                      "pytensor before numba_cache", stacklevel=2)
         return spec
 
 

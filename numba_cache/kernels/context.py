@@ -5,10 +5,9 @@ The contexts and stores made are kept in the session (:mod:`numba_cache.session`
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field, replace
 
-from numba_cache import _compat, session
+from numba_cache import _compat, logs, session
 from numba_cache import settings as settings_module
 from numba_cache.kernels import probes
 from numba_cache.kernels.outcomes import replaced_numba
@@ -115,7 +114,7 @@ def _self_test_passed(context: CacheContext) -> bool:
         compiled_runtime = runtime.initialize(context, cpu_target.target_context, save=False)
         found = _compat.problems(probes.PROBES)
     if found:
-        warnings.warn(
+        logs.warn(
             "numba_cache is turned off for this process: " + "; ".join(found)
             + ". Compiles still work, uncached. Is an installed package outside "
             "numba_cache's supported range?",

@@ -6,10 +6,10 @@ problem a thousand times must not print it a thousand times.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Hashable
 
 from numba_cache import session
+from numba_cache.logs import warn
 
 
 class StoreWarning(UserWarning):
@@ -22,7 +22,7 @@ def warn_once(topic: Hashable, message: str) -> None:
     if topic in given:
         return
     given.add(topic)
-    warnings.warn(message, StoreWarning, stacklevel=3)
+    warn(message, StoreWarning, stacklevel=3)
 
 
 def warn_cannot_write(root, error: Exception) -> None:

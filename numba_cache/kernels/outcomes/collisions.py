@@ -25,11 +25,10 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from numba_cache import session
+from numba_cache import logs, session
 from numba_cache.kernels.outcomes import report
 from numba_cache.keys.key import Key
 from numba_cache.store import StoreWarning, entry_layout
@@ -220,7 +219,7 @@ def served_code_matches(context, key, served, signature, llvm_ir: str,
         origin = "made under the same key: the key misses something the code depends on"
     else:
         origin = f"made under key {made_under.short} ({made_under.summary})"
-    warnings.warn(
+    logs.warn(
         f"numba_cache: key collision: entry {key.short} ({key.summary}) served code that differs "
         f"from what it compiles to now ({origin}); entry removed, compiled code used",
         StoreWarning,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from numba_cache import session
 from numba_cache.keys.components import summarize
-from numba_cache.logs import logger
+from numba_cache.logs import logger, warn
 from numba_cache.store.notices import StoreWarning
 
 if TYPE_CHECKING:
@@ -57,7 +56,7 @@ def record(context, name: str, n: int = 1) -> None:
 def remove_corrupt(context, key_digest: str, what: str, stacklevel: int) -> None:
     """Warn that the entry of `key_digest` is removed (`what`: which entry, why, and what now),
     count it as ``corrupt`` and remove it: a corrupt entry is a miss, once."""
-    warnings.warn(f"numba_cache: removing {what}", StoreWarning, stacklevel=stacklevel + 1)
+    warn(f"numba_cache: removing {what}", StoreWarning, stacklevel=stacklevel + 1)
     record(context, "corrupt")
     context.store.remove(context.fingerprint.digest, key_digest)
 

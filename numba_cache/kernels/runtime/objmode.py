@@ -30,10 +30,10 @@ would only fill the store.
 
 from __future__ import annotations
 
-import warnings
 
 from numba.core import pythonapi, types
 
+from numba_cache import logs
 from numba_cache.kernels.runtime import detached
 from numba_cache.kernels.runtime.blocks import (
     block_key,
@@ -64,8 +64,8 @@ def _compile_through_store(compile_args):
     try:
         return _load_or_compile(compile_args, signature)
     except Exception as exc:  # the cache must never make a compile fail
-        warnings.warn(f"numba_cache: object-mode block {dispatcher.func_ir.func_id.func_qualname} "
-                      f"compiled without the cache ({exc!r})", StoreWarning, stacklevel=2)
+        logs.warn(f"numba_cache: object-mode block {dispatcher.func_ir.func_id.func_qualname} "
+                  f"compiled without the cache ({exc!r})", StoreWarning, stacklevel=2)
         return _numba_compile(compile_args)
 
 
