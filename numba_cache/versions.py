@@ -65,7 +65,10 @@ LINKED_BODY = 1
 #: describe them by type (version 6 entries hold the keys by value).
 #: 8: the kernel source passes one-element node inputs in packs (graph body 4):
 #: version 7 entries hold the digests of sources that embed them.
-REWRITE_CACHE = 8
+#: 9: graphs are described with the tags PyTensor's rewrites read (``keys/graph.py``:
+#: ``REWRITE_TAGS``): a version 8 entry of a graph rewritten with ``A.tag.symmetric``
+#: has the key of the same graph without it.
+REWRITE_CACHE = 9
 
 #: The on-disk record of one entry (``store/record.py``), in its magic ``NBCACHE<n>``;
 #: version 2 records (every blob raw) are still read.

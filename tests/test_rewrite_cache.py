@@ -77,6 +77,74 @@ def test_key_changes_with_rewrite_flags():
         assert key_of() != before
 
 
+@pytest.mark.parametrize("tag", ["symmetric", "lower_triangular", "psd", "indestructible"])
+def test_key_changes_with_a_tag_rewriting_reads(tag):
+    def tagged(x):
+        setattr(x.tag, tag, True)
+        return pt.exp(x) * 2
+
+    assert key_of(tagged) != key_of()
+
+
+def test_a_graph_rewritten_under_a_tag_is_not_served_without_it(private_store):
+    """``A.tag.symmetric = True`` lets PyTensor rewrite ``A.T @ b`` to ``A @ b``. The
+    same graph without the tag used to get that graph from the cache: ``A @ b`` for a
+    matrix that is not symmetric."""
+    import numpy as np
+    import pytensor
+
+    matrix = np.arange(9.0).reshape(3, 3)
+    first = np.array([1.0, 0.0, 0.0])
+
+    def compiled(symmetric: bool, mode: str):
+        a, b = pt.matrix("A"), pt.vector("b")
+        if symmetric:
+            a.tag.symmetric = True
+        return pytensor.function([a, b], a.T @ b, mode=mode)
+
+    symmetric = matrix + matrix.T
+    assert np.array_equal(compiled(True, "NUMBA_CACHE")(symmetric, first), symmetric[0])
+    ours = compiled(False, "NUMBA_CACHE")(matrix, first)
+    assert np.array_equal(ours, compiled(False, "NUMBA")(matrix, first))
+    assert np.array_equal(ours, matrix.T @ first)
+
+
+def test_every_tag_pytensor_reads_is_keyed_or_its_own():
+    """PyTensor's rewrites read some tags of a graph's variables; those a user may set
+    are part of the rewrite key (``REWRITE_TAGS``). Every tag PyTensor's code names must be
+    one of those, a fact it caches on constants (set aside while rewriting is watched),
+    or one it sets itself on what it makes: a new tag read fails here first."""
+    import re
+    from pathlib import Path
+
+    import pytensor
+
+    from numba_cache._compat.tensor_constant_data import CACHED_TAG_FACTS
+    from numba_cache.keys.graph import REWRITE_TAGS
+
+    pytensors_own = {
+        "trace": "where a variable was made",
+        "values_eq_approx": "DebugMode's comparison of values",
+        "removed_by": "FunctionGraph's bookkeeping", "imported_by": "the same",
+        "used": "a random generator consumed, warned about",
+        "ufunc": "an Elemwise node's numpy ufunc", "gufunc": "a Blockwise node's",
+        "fake_node": "Elemwise's scalar node", "sig": "Elemwise's signature",
+        "connection_pattern": "Scan's cache on its node",
+        "local_log_erfc_applied": "a rewrite's mark on the node it made",
+        "local_grad_log_erfc_neg": "the same",
+        "test_value": "test values (not a rewrite's input)",
+    }
+    read = re.compile(r'(?:getattr|hasattr|setattr)\(\s*[\w.\[\]]+\.tag,\s*["\'](\w+)["\']'
+                      r'|\.tag\.(\w+)')
+    root = Path(pytensor.__file__).parent
+    names = {match.group(1) or match.group(2)
+             for path in root.rglob("*.py") if "tests" not in path.parts
+             for match in read.finditer(path.read_text())}
+    assert names, "no tag read found: has the pattern stopped matching PyTensor's code?"
+    unknown = names - set(REWRITE_TAGS) - CACHED_TAG_FACTS - pytensors_own.keys()
+    assert not unknown, f"tags PyTensor reads that are neither keyed nor known: {unknown}"
+
+
 def test_key_changes_with_the_fingerprint():
     fingerprint = current_fingerprint()
     other = Fingerprint.from_components(fingerprint.components | {"pytensor": "9.9.9"})

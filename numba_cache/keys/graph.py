@@ -160,6 +160,27 @@ class GraphDescription:
     nodes: list
 
 
+#: The tags of a graph's variables that PyTensor's rewrites read: assumptions its
+#: user may state (``A.tag.symmetric = True`` rewrites ``A.T`` to ``A``), and which
+#: inputs must not be destroyed. Part of a graph's description where set, so that a
+#: graph rewritten under them is not served without them (``tests/test_keys.py``
+#: checks that PyTensor reads no other tag a user could set).
+REWRITE_TAGS = ("indestructible", "lower_triangular", "nan_guard_mode_check", "psd",
+                "symmetric", "upper_triangular")
+
+
+def rewrite_tags(variable) -> list:
+    """``[name, value]`` of each of :data:`REWRITE_TAGS` `variable` carries."""
+    tag = vars(variable.tag)
+    return [[name, canonical(tag[name])] for name in REWRITE_TAGS if name in tag]
+
+
+def _tagged(description, variable):
+    """`description`, with `variable`'s :func:`rewrite_tags` if it has any."""
+    tags = rewrite_tags(variable)
+    return [description, tags] if tags else description
+
+
 def hidden_description(constant) -> list:
     """A hidden constant's type without its content: dtype, shape and layout flags."""
     data = constant.data
@@ -206,16 +227,17 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None,
         references[variable] = ["input", position]
     if hide_constants:
         for position, constant in enumerate(hidden_constants(fgraph)):
-            references[constant] = ["hidden", digest(hidden_description(constant)), position]
+            references[constant] = _tagged(
+                ["hidden", digest(hidden_description(constant)), position], constant)
 
     def reference(variable):
         if variable not in references:
             if not isinstance(variable, Constant):
                 raise ValueError(f"{variable} is neither an input, a constant nor computed")
             position = lifted.get(id(variable))
-            references[variable] = (
+            references[variable] = _tagged(
                 ["constant", constant_digest(variable)] if position is None
-                else ["lifted", digest(describe_type(variable.type)), position])
+                else ["lifted", digest(describe_type(variable.type)), position], variable)
         return references[variable]
 
     op_digests: dict = {}
@@ -231,7 +253,8 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None,
             summaries[op] = summary(node, bool(positions[1]), _SUMMARY_WIDTH)
         inputs = [reference(variable) for variable in node.inputs]
         node_digest = digest(
-            [op_digests[op], inputs, [describe_type(out.type) for out in node.outputs]]
+            [op_digests[op], inputs, [_tagged(describe_type(out.type), out)
+                                      for out in node.outputs]]
         )
         for position, output in enumerate(node.outputs):
             references[output] = ["node", node_digest, position]
@@ -244,7 +267,7 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None,
             }
         )
 
-    inputs = [describe_type(variable.type) for variable in fgraph.inputs]
+    inputs = [_tagged(describe_type(variable.type), variable) for variable in fgraph.inputs]
     outputs = [reference(variable) for variable in fgraph.outputs]
     graph_digest = digest([inputs, outputs, sorted(node["node"] for node in nodes)])
     return GraphDescription(graph_digest, inputs, [_short(o) for o in outputs], nodes)
@@ -252,6 +275,9 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None,
 
 def _short(reference: list) -> str:
     """A compact text form of a variable reference, for explanations."""
+    if isinstance(reference[0], list):  # [reference, its tags]
+        inner, tags = reference
+        return f"{_short(inner)} ({', '.join(f'{name}={value}' for name, value in tags)})"
     kind, *rest = reference
     if kind == "input":
         return f"input[{rest[0]}]"
