@@ -24,6 +24,7 @@ ENVIRONMENT = "NBCACHE_LOG"
 #: Level names accepted by NBCACHE_LOG and :func:`set_level`.
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
+
 def warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 1) -> None:
     """Warn as :func:`warnings.warn`, except where a filter makes the warning an error
     (``-W error``, pytest's ``filterwarnings = error``): it is logged instead. What goes

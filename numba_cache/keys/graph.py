@@ -163,8 +163,8 @@ class GraphDescription:
 #: The tags of a graph's variables that PyTensor's rewrites read: assumptions its
 #: user may state (``A.tag.symmetric = True`` rewrites ``A.T`` to ``A``), and which
 #: inputs must not be destroyed. Part of a graph's description where set, so that a
-#: graph rewritten under them is not served without them (``tests/test_keys.py``
-#: checks that PyTensor reads no other tag a user could set).
+#: graph rewritten under them is not served without them
+#: (``tests/test_rewrite_cache.py`` checks that PyTensor reads no other tag a user could set).
 REWRITE_TAGS = ("indestructible", "lower_triangular", "nan_guard_mode_check", "psd",
                 "symmetric", "upper_triangular")
 
