@@ -35,6 +35,7 @@ with warnings.catch_warnings(record=True) as caught:
     values = pytensor.function([a, b], outputs, mode="NUMBA_CACHE")(*points)
 dispatch_imported = "pytensor.link.numba.dispatch" in sys.modules
 linalg_imported = "numba.np.linalg" in sys.modules
+scipy_linalg_imported = "scipy.linalg" in sys.modules
 numba_bits = None
 if COMPARE_WITH_NUMBA:
     numba_values = pytensor.function([a, b], outputs, mode="NUMBA")(*points)
@@ -44,6 +45,7 @@ print(json.dumps({
     "numba_bits": numba_bits,
     "dispatch_imported": dispatch_imported,
     "linalg_imported": linalg_imported,
+    "scipy_linalg_imported": scipy_linalg_imported,
     "stats": dict(numba_cache.session_stats()),
     "warnings": [str(w.message) for w in caught if "numba_cache" in str(w.message)],
 }))
@@ -65,6 +67,7 @@ def test_a_warm_process_runs_stored_blocks_without_the_dispatch_and_gives_the_sa
     warm = run_python(_child())
     assert not warm["dispatch_imported"], warm["stats"]
     assert not warm["linalg_imported"]  # numba's get_blas_kind carried by value
+    assert not warm["scipy_linalg_imported"]  # LAPACK's addresses found without it
     assert warm["stats"].get("objmode.hit", 0) >= 2 and "objmode.miss" not in warm["stats"], (
         warm["stats"])
     assert warm["bits"] == cold["bits"]

@@ -45,6 +45,8 @@ ALLOWED = {
     "same composite and constant objects, so that nodes alike convert once",
     "numba_cache.keys.fingerprint._static_components": "the fingerprint's components of "
     "the installed packages and of the CPU target, which a process fixes once",
+    "numba_cache.kernels.runtime.cython_addresses._module_alone": "an extension module "
+    "loaded once (Cython keeps one per process)",
 }
 
 #: Calls whose result is memoised by the decorated function.

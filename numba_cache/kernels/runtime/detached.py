@@ -26,7 +26,9 @@ module is not imported, numba's unpickling in machine code (:func:`_unpickler`, 
 place of numba's ``serialize._numba_unpickle`` by :func:`install`) and a stored block's
 environment (:func:`rebuild_environment`) take the names from them; a name they lack,
 or a module imported meanwhile (by anything), is found as numba finds it. The code that
-runs is the same either way; only the import is spared.
+runs is the same either way; only the import is spared. So is ``scipy.linalg``'s: the
+carried functions find LAPACK's addresses through :mod:`.cython_addresses`, which gives
+numba's addresses without importing the package.
 """
 
 from __future__ import annotations
@@ -40,9 +42,11 @@ import types
 
 import cloudpickle
 import numba
+from numba.extending import get_cython_function_address
 
 from numba_cache import session
 from numba_cache._compat import numba_internals
+from numba_cache.kernels.runtime.cython_addresses import cython_function_address
 
 #: The package whose modules' namespaces are carried: importing any of them imports it all.
 DISPATCH = "pytensor.link.numba.dispatch"
@@ -148,10 +152,22 @@ def _namespace(module: str) -> dict | None:
     state = session.current()
     while state.detached_pending:
         for name, namespace in pickle.loads(state.detached_pending.pop()).items():
+            _addresses_without_packages(namespace)
             kept = state.detached_namespaces.setdefault(name, {})
             for key, value in namespace.items():
                 kept.setdefault(key, value)
     return state.detached_namespaces.get(module)
+
+
+def _addresses_without_packages(namespace: dict) -> None:
+    """Have `namespace` and its functions find Cython functions' addresses through
+    :func:`~.cython_addresses.cython_function_address`: the same addresses, without
+    importing ``scipy.linalg``. The functions are the namespace's own copies."""
+    for scope in (namespace, *(value.__globals__ for value in namespace.values()
+                               if isinstance(value, types.FunctionType))):
+        for name, value in list(scope.items()):
+            if value is get_cython_function_address:
+                scope[name] = cython_function_address
 
 
 def _pickled(namespaces: dict) -> bytes | None:
