@@ -14,6 +14,14 @@ import pytensor
 import numba_cache
 from numba_cache.evaluation.compile_events import count_numba_compiles
 from numba_cache.evaluation.models import radon_model
+from numba_cache.store import index
+
+index_writes = []
+write_transaction = index._write_transaction
+def counted(connection):
+    index_writes.append(1)
+    return write_transaction(connection)
+index._write_transaction = counted
 
 model = radon_model()
 with count_numba_compiles() as compiles:
@@ -22,6 +30,7 @@ with count_numba_compiles() as compiles:
 print(json.dumps({
     "compiles": len(compiles),
     "stats": dict(numba_cache.session_stats()),
+    "index_writes": len(index_writes),
     "logp": float(logp),
     "gradient": gradient.tolist(),
 }))
@@ -39,6 +48,9 @@ def test_second_process_loads_everything_and_compiles_nothing(tmp_path, private_
     assert warm["compiles"] == 0
     assert without_op_loads(warm["stats"]) == {"rewrite.hit": 1, "graph.hit": 1}
     assert warm["logp"] == cold["logp"] and warm["gradient"] == cold["gradient"]
+    # Each compile phase records the uses of what it loaded in one write.
+    loads = sum(warm["stats"].values())
+    assert loads > 10 and warm["index_writes"] <= 3, warm
     # Generated source never goes to the temp directory (PyTensor leaves one file per function).
     assert os.listdir(tmpdir) == []
 

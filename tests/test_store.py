@@ -165,6 +165,35 @@ def test_round_trip_keeps_blobs_and_metadata_and_writes_the_source_copy(tmp_path
     assert open_store(root).load(FINGERPRINT, digest("never saved")) is None
 
 
+def test_uses_and_counts_within_bookkeeping_together_are_written_once_at_its_end(tmp_path, monkeypatch):
+    store = open_store(tmp_path)
+    a, b = save(store, "a"), save(store, "b")
+    hits = lambda: {entry.key: entry.hits for entry in store.entries()}
+    transactions = []
+    real = index_module._write_transaction
+
+    def counted(connection):
+        transactions.append(1)
+        return real(connection)
+
+    monkeypatch.setattr(index_module, "_write_transaction", counted)
+    with store.bookkeeping_together():
+        with store.bookkeeping_together():  # nested: written at the outer end
+            assert store.load(FINGERPRINT, a.key) is not None
+        assert store.load(FINGERPRINT, b.key) is not None
+        assert store.load(FINGERPRINT, a.key) is not None
+        store.count(FINGERPRINT, "hit", 3)
+        assert transactions == [] and hits() == {a.key: 0, b.key: 0}
+        assert store.stats()["counters"] == {}
+    assert transactions == [1] and hits() == {a.key: 2, b.key: 1}
+    assert store.stats()["counters"] == {"hit": 3}
+    with pytest.raises(RuntimeError), store.bookkeeping_together():
+        store.load(FINGERPRINT, b.key)
+        raise RuntimeError("a compile that fails still counts its loads")
+    store.load(FINGERPRINT, a.key)  # outside a block: written at once
+    assert transactions == [1, 1, 1] and hits() == {a.key: 3, b.key: 2}
+
+
 def test_uncacheable_marker_round_trip(tmp_path):
     store = open_store(tmp_path)
     marker = Entry.uncacheable(

@@ -70,8 +70,9 @@ class NumbaCacheLinker(NumbaLinker):
         state = session.current()
         # The rewrite cache's, if it restored or stored this graph (:mod:`.rewrite_cache`).
         known = state.known_graph_kernels.get(fgraph)
-        with older_objects_frozen():
-            kernel = graph_kernel(fgraph, current_context(), storage_map, known=known)
+        context = current_context()
+        with older_objects_frozen(), context.store.bookkeeping_together():
+            kernel = graph_kernel(fgraph, context, storage_map, known=known)
         self._hidden_values = kernel.hidden_values
         for observer in state.graph_kernel_observers:
             observer(fgraph, kernel, storage_map or {})

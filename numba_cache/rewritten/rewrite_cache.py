@@ -72,13 +72,15 @@ class CachedRewriteFunctionMaker(FunctionMaker):
     """A FunctionMaker that loads the rewritten graph instead of rewriting, when it can."""
 
     def prepare_fgraph(self, inputs, outputs, additional_outputs, fgraph, mode, profile):
-        with older_objects_frozen():
-            self._prepare_fgraph(inputs, outputs, additional_outputs, fgraph, mode, profile)
-
-    def _prepare_fgraph(self, inputs, outputs, additional_outputs, fgraph, mode, profile):
         from numba_cache.kernels.context import current_context
 
         context = current_context()
+        with older_objects_frozen(), context.store.bookkeeping_together():
+            self._prepare_fgraph(context, inputs, outputs, additional_outputs, fgraph, mode,
+                                 profile)
+
+    def _prepare_fgraph(self, context, inputs, outputs, additional_outputs, fgraph, mode,
+                        profile):
         lookup = None
         if context.enabled:
             try:

@@ -16,6 +16,7 @@ a lock held past the busy timeout, the index is not asked again for a while.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sqlite3
 import threading
@@ -82,12 +83,22 @@ _UPGRADABLE = 1
 # An UPDATE, not INSERT OR REPLACE: a replacing delete fires no delete trigger.
 _REPLACE = (f"INSERT INTO entries{_VALUES} ON CONFLICT(fingerprint, key) DO UPDATE SET "
             + ", ".join(f"{column} = excluded.{column}" for column in _COLUMNS.split(", ")[2:]))
+_RECORD_HIT = (f"INSERT INTO entries{_VALUES} ON CONFLICT(fingerprint, key) DO UPDATE "
+               "SET last_used = excluded.last_used, hits = hits + 1")
 
 #: SQLite's primary result codes for a write the disk refused: full, failing, or
 #: no file could be created.
 _DISK_FAILURES = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN)
 
 _Result = TypeVar("_Result")
+
+
+@dataclasses.dataclass
+class _Bookkeeping:
+    """Uses of entries (their index rows) and counter bumps, to be written together."""
+
+    hits: list[tuple] = dataclasses.field(default_factory=list)
+    counts: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
 
 
 class Index:
@@ -122,14 +133,49 @@ class Index:
         """Note a use of `entry`: its last use and hits + 1 (callers count the hit).
 
         An entry missing from the index (its file was found without a row) is added.
+        Within :meth:`bookkeeping_together`, the use is written at the block's end.
         """
+        row = _row(entry, size, last_used=now, hits=1)
+        pending = getattr(self._local, "pending", None)
+        if pending is not None:
+            pending.hits.append(row)
+            return
+        self._write_bookkeeping(_Bookkeeping(hits=[row]))
 
+    def count(self, fingerprint: str, name: str, n: int) -> None:
+        """Add `n` to a counter; within :meth:`bookkeeping_together`, at the block's end."""
+        pending = getattr(self._local, "pending", None)
+        if pending is not None:
+            pending.counts[fingerprint, name] = pending.counts.get((fingerprint, name), 0) + n
+            return
+        self._write_bookkeeping(_Bookkeeping(counts={(fingerprint, name): n}))
+
+    @contextlib.contextmanager
+    def bookkeeping_together(self) -> Iterator[None]:
+        """The uses and counts this thread notes in the block, written in one transaction
+        at its end.
+
+        A warm compile loads and counts each kernel it calls; a transaction for each
+        cost as much as the loads themselves. What a process dying in the block noted
+        is lost: only least-recently-used order, hit counts and counters, which the
+        entries don't need. Nested blocks write at the outermost one's end.
+        """
+        if getattr(self._local, "pending", None) is not None:
+            yield
+            return
+        self._local.pending = _Bookkeeping()
+        try:
+            yield
+        finally:
+            pending, self._local.pending = self._local.pending, None
+            if pending.hits or pending.counts:
+                self._write_bookkeeping(pending)
+
+    def _write_bookkeeping(self, pending: _Bookkeeping) -> None:
         def work(connection: sqlite3.Connection) -> None:
-            connection.execute(
-                f"INSERT INTO entries{_VALUES} ON CONFLICT(fingerprint, key) DO UPDATE "
-                "SET last_used = excluded.last_used, hits = hits + 1",
-                _row(entry, size, last_used=now, hits=1),
-            )
+            connection.executemany(_RECORD_HIT, pending.hits)
+            connection.executemany(_BUMP, [(fingerprint, name, n) for (fingerprint, name), n
+                                           in pending.counts.items()])
 
         self._run(work, None, write=True, create=True)
 
@@ -169,14 +215,6 @@ class Index:
             lambda connection: connection.execute(f"DELETE FROM entries{where}", parameters),
             None,
             write=True,
-        )
-
-    def count(self, fingerprint: str, name: str, n: int) -> None:
-        self._run(
-            lambda connection: connection.execute(_BUMP, (fingerprint, name, n)),
-            None,
-            write=True,
-            create=True,
         )
 
     def zero_counters(self) -> None:

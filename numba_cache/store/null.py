@@ -36,6 +36,9 @@ class NullStore:
     def lock(self, fingerprint: str, key: str) -> contextlib.AbstractContextManager[bool]:
         return contextlib.nullcontext(False)
 
+    def bookkeeping_together(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
     def count(self, fingerprint: str, name: str, n: int = 1) -> None:
         pass
 

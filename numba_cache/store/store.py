@@ -99,6 +99,12 @@ class Store(Maintenance, SideFilesOfStore):
         self._used_here.add((fingerprint, key))
         return entry
 
+    def bookkeeping_together(self) -> contextlib.AbstractContextManager[None]:
+        """A block (a compile phase) whose loads' uses and counts are written at its end,
+        in one transaction."""
+        return (contextlib.nullcontext() if self.readonly
+                else self._index.bookkeeping_together())
+
     def has(self, fingerprint: str, key: str) -> bool:
         """Whether this store holds a record for the entry (not read, not counted as a use)."""
         check_address(fingerprint, key)

@@ -97,11 +97,13 @@ class KernelCache(KernelLookup, KernelStorage, _Cache):
 
     @contextlib.contextmanager
     def compiling(self):
-        """Scope of one ``Dispatcher.compile`` call: releases locks taken on a miss."""
+        """Scope of one ``Dispatcher.compile`` call: releases locks taken on a miss, and
+        writes the bookkeeping of its loads together."""
         frame: list = []
         self._held_locks.append(frame)
         try:
-            yield
+            with self._context.store.bookkeeping_together():
+                yield
         finally:
             self._held_locks.pop()
             for lock in reversed(frame):
