@@ -130,9 +130,9 @@ class RewriteLookup:
     def __init__(self, context, fgraph, inputs, outputs, mode):
         self.context = context
         self.fgraph = fgraph
+        registry = rewrites_digest(context, mode)  # one walk of the registry for both keys
         self._key_of = lambda hide: rewrite_key(
-            fgraph, inputs, outputs, mode, context.fingerprint, rewrites_digest(context, mode),
-            hide_constants=hide)
+            fgraph, inputs, outputs, mode, context.fingerprint, registry, hide_constants=hide)
         self.originals = hidden_constants(fgraph)
         self.data_key = self._key_of(True) if self.originals else None
         self._content_key = None
