@@ -70,9 +70,10 @@ class NumbaCacheLinker(NumbaLinker):
         state = session.current()
         # The rewrite cache's, if it restored or stored this graph (:mod:`.rewrite_cache`).
         known = state.known_graph_kernels.get(fgraph)
-        context = current_context()
-        with older_objects_frozen(), context.store.bookkeeping_together():
-            kernel = graph_kernel(fgraph, context, storage_map, known=known)
+        with older_objects_frozen():
+            context = current_context()
+            with context.store.bookkeeping_together():
+                kernel = graph_kernel(fgraph, context, storage_map, known=known)
         self._hidden_values = kernel.hidden_values
         for observer in state.graph_kernel_observers:
             observer(fgraph, kernel, storage_map or {})

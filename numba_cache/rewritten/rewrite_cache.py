@@ -27,7 +27,7 @@ import contextlib
 import io
 import pickle
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pytensor.compile.maker import FunctionMaker
 
@@ -49,8 +49,7 @@ from numba_cache.store.entry_layout import graph_key_fields
 #: The reason counted (``uncacheable:<reason>``) for a rewrite whose key could not be made.
 UNKEYABLE_REWRITE = "unkeyable-rewrite"
 
-@dataclass(frozen=True)
-class KnownGraphKernel:
+class KnownGraphKernel(NamedTuple):
     """A graph's whole-graph key and generated kernel source, known before the linker runs.
 
     The rewrite cache generates the source anyway (a restore must reproduce it),
@@ -74,10 +73,11 @@ class CachedRewriteFunctionMaker(FunctionMaker):
     def prepare_fgraph(self, inputs, outputs, additional_outputs, fgraph, mode, profile):
         from numba_cache.kernels.context import current_context
 
-        context = current_context()
-        with older_objects_frozen(), context.store.bookkeeping_together():
-            self._prepare_fgraph(context, inputs, outputs, additional_outputs, fgraph, mode,
-                                 profile)
+        with older_objects_frozen():
+            context = current_context()
+            with context.store.bookkeeping_together():
+                self._prepare_fgraph(context, inputs, outputs, additional_outputs, fgraph, mode,
+                                     profile)
 
     def _prepare_fgraph(self, context, inputs, outputs, additional_outputs, fgraph, mode,
                         profile):
