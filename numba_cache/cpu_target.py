@@ -19,7 +19,7 @@ illegal instruction, so it never computes the fingerprint that would load it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from numba_cache import logs, session
 from numba_cache._compat import numba_internals
@@ -28,8 +28,7 @@ HOST = "host"
 PORTABLE = "portable"
 
 
-@dataclass(frozen=True)
-class Baseline:
+class Baseline(NamedTuple):
     """An LLVM CPU name a fleet compiles for, and the host features it needs."""
 
     name: str

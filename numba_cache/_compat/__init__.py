@@ -35,15 +35,14 @@ from __future__ import annotations
 
 import importlib.metadata
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class SeamMoved(RuntimeError):
     """An upstream seam is not what numba_cache was written against."""
 
 
-@dataclass(frozen=True)
-class Seam:
+class Seam(NamedTuple):
     """One use of private upstream API.
 
     `check` raises :class:`SeamMoved` (or any error) if upstream no longer looks

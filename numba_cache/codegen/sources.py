@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from textwrap import indent
+from typing import NamedTuple
 
 import numpy as np
 from pytensor.graph.basic import Constant
@@ -50,8 +51,7 @@ GRAPH_BODY = "graph_body"
 ARGUMENTS_PER_CALL = 16
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     """One node of a graph function: ``outputs = kernel(*inputs)``, all by generated name."""
 
     kernel: str
@@ -59,8 +59,7 @@ class Step:
     outputs: tuple
 
 
-@dataclass(frozen=True)
-class KernelNode:
+class KernelNode(NamedTuple):
     """What the kernel of one step computes: `node`, taking the `trailing` constants
     after its own inputs (:mod:`.lifted_constants`; none for most nodes)."""
 
@@ -68,8 +67,7 @@ class KernelNode:
     trailing: tuple
 
 
-@dataclass(frozen=True)
-class Pack:
+class Pack(NamedTuple):
     """The constants lifted out of fused kernels (:mod:`.lifted_constants`) or passed to
     nodes (:func:`passed_in_pack`) of one dtype, passed to the graph function as one array
     argument, `name`, in the order of `members`."""

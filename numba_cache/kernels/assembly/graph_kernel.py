@@ -19,7 +19,7 @@ linked in, for later processes (:mod:`.linked_build`).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from numba_cache._compat import numba_internals
 from numba_cache.codegen.lifted_constants import lifted
@@ -48,8 +48,7 @@ from numba_cache.keys.order import execution_order
 from numba_cache.store import entry_layout
 
 
-@dataclass(frozen=True)
-class GraphKernel:
+class GraphKernel(NamedTuple):
     """A graph's numba dispatcher, and the values of its trailing hidden arguments: its
     hidden constants, then its packs of lifted constants."""
 
@@ -158,7 +157,7 @@ def _computed(kernel_node, step):
         return node, step, True
     computed = lifted(node, kernel_node.trailing)
     if computed is None:
-        return node, replace(step, inputs=step.inputs[:len(node.inputs)]), False
+        return node, step._replace(inputs=step.inputs[:len(node.inputs)]), False
     return computed, step, True
 
 

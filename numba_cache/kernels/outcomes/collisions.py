@@ -26,7 +26,7 @@ import hashlib
 import random
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from numba_cache import logs, session
 from numba_cache.kernels.outcomes import report
@@ -170,8 +170,7 @@ class _LocalNames:
         return f"\x00{order}\n" if order else ""
 
 
-@dataclass(frozen=True)
-class Collision:
+class Collision(NamedTuple):
     """A hit whose served code differs from what its key compiles to now."""
 
     key: Key  # the key looked up

@@ -13,8 +13,7 @@ import contextlib
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from numba_cache import session
 from numba_cache.keys.components import summarize
@@ -25,8 +24,7 @@ if TYPE_CHECKING:
     from numba_cache.keys import Fingerprint
     from numba_cache.keys.key import Key
 
-@dataclass(frozen=True)
-class Lookup:
+class Lookup(NamedTuple):
     """One lookup of a kernel key: `decision` is ``hit``, ``miss`` or ``uncacheable (<reason>)``."""
 
     key: Key

@@ -32,7 +32,7 @@ import bisect
 import re
 import sys
 import uuid
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from numba_cache.kernels.protocol.self_contained import is_self_contained
 from numba_cache.keys.key import Key
@@ -44,8 +44,7 @@ _IR_INTEGER = re.compile(r"\bi64 (-?\d{7,20})\b")
 _MIN_ADDRESS = 1 << 16
 
 
-@dataclass(frozen=True)
-class Uncacheable:
+class Uncacheable(NamedTuple):
     """Why a kernel is not persisted: a short `reason` code and a human `detail`."""
 
     reason: str

@@ -10,7 +10,7 @@ kernel that is persistent, once numba's runtime is ready for stored code.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from numba_cache import session
 from numba_cache.kernels.helpers import compile_ahead
@@ -23,8 +23,7 @@ from numba_cache.kernels.runtime import numba_runtime as runtime
 from numba_cache.store import Entry, entry_layout
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(NamedTuple):
     """One place a kernel may be found: ``find(signature, target_context) -> Hit | None``."""
 
     find: Callable
@@ -35,8 +34,7 @@ def _nothing() -> None:
     """What serving a hit entails when nothing does."""
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(NamedTuple):
     """A compile result a source found."""
 
     compiled: object
