@@ -117,6 +117,50 @@ def test_fastmath_flag_changes_the_fingerprint():
     assert on != off
 
 
+@pytest.mark.parametrize("name, value", [("BOUNDSCHECK", 1), ("OPT", 1), ("LOOP_VECTORIZE", 0),
+                                         ("SLP_VECTORIZE", 1), ("DEBUGINFO_DEFAULT", 1),
+                                         ("LLVM_REFPRUNE_PASS", 0)])
+def test_a_numba_setting_changed_in_python_changes_the_fingerprint(name, value, monkeypatch):
+    from numba.core import config as numba_config
+
+    before = current_fingerprint().digest
+    monkeypatch.setattr(numba_config, name, value)
+    assert current_fingerprint().digest != before
+    monkeypatch.undo()
+    assert current_fingerprint().digest == before
+
+
+BOUNDS_CHECKED_LATE = """
+import json, sys
+import numba, numpy as np, pytensor, pytensor.tensor as pt
+import numba_cache
+y = pt.vector("y")
+pytensor.function([y], pt.exp(y), mode="NUMBA_CACHE")(np.ones(2))  # the fingerprint is made
+numba.config.BOUNDSCHECK = {late}
+x, i = pt.vector("x"), pt.lvector("i")
+function = pytensor.function([x, i], x[i], mode="NUMBA_CACHE")
+try:
+    function(np.arange(5.0), np.array([1, 7]))
+    raised = None
+except Exception as error:
+    raised = type(error).__name__
+print(json.dumps({{"raised": raised, "stats": dict(numba_cache.session_stats())}}))
+"""
+
+
+@pytest.mark.slow
+def test_kernels_compiled_after_a_numba_setting_changed_are_not_served_without_it(private_store):
+    """numba compiles under numba.config as it is at each compile: a process that turns
+    bounds checking on after its first compile stores checked kernels, which a process
+    without it must not be served (it would raise where NUMBA does not)."""
+    checked = run_python(BOUNDS_CHECKED_LATE.format(late=1))
+    assert checked["raised"] == "IndexError"  # NUMBA raises too, under the setting
+    plain = run_python(BOUNDS_CHECKED_LATE.format(late=None))
+    assert plain["raised"] is None, plain
+    # the first graph, compiled before the change, is served; the checked one is not
+    assert plain["stats"].get("graph.hit") == 1 and plain["stats"].get("graph.miss") == 1, plain
+
+
 @pytest.mark.filterwarnings("ignore:A Supervisor feature is missing")
 @pytest.mark.parametrize("family", sorted(__import__("graph_families").FAMILIES))
 def test_rewritten_family_graphs_are_described_without_pickle_fallbacks(family):

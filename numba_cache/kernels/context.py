@@ -13,7 +13,7 @@ from numba_cache.kernels import probes
 from numba_cache.kernels.outcomes import replaced_numba
 from numba_cache.kernels.runtime import numba_runtime as runtime
 from numba_cache.keys import Fingerprint, current_fingerprint
-from numba_cache.keys.fingerprint import PYTENSOR_FLAGS
+from numba_cache.keys.fingerprint import PYTENSOR_FLAGS, numba_settings
 from numba_cache.store import NullStore, Store, StoreWarning
 
 
@@ -57,20 +57,25 @@ def current_context() -> CacheContext:
 
 def helper_state(settings: settings_module.Settings) -> dict:
     """What a helper process needs to compile as this process does (:func:`adopt_state`):
-    `settings`, and the PyTensor flags of the fingerprint, which a notebook may set in Python."""
+    `settings`, and the PyTensor flags and numba settings of the fingerprint, which a
+    notebook may set in Python."""
     from pytensor import config
 
-    return {"settings": settings, "flags": {flag: getattr(config, flag) for flag in PYTENSOR_FLAGS}}
+    return {"settings": settings, "flags": {flag: getattr(config, flag) for flag in PYTENSOR_FLAGS},
+            "numba": numba_settings()}
 
 
 def adopt_state(state: dict, **overrides) -> CacheContext:
     """In a helper process: take the settings (with `overrides`) and PyTensor flags of
     `state`, made by :func:`helper_state` in the process it helps; the context they give."""
+    from numba.core import config as numba_config
     from pytensor import config
 
     settings_module.adopt(replace(state["settings"], **overrides))
     for flag, value in state["flags"].items():
         setattr(config, flag, value)
+    for name, value in state["numba"].items():
+        setattr(numba_config, name, value)
     return current_context()
 
 

@@ -25,6 +25,12 @@ _VERSIONED_PACKAGES = ("numba", "llvmlite", "numpy", "scipy", "pytensor")
 #: PyTensor config flags that change the code numba generates for a graph.
 PYTENSOR_FLAGS = ("floatX", "numba__fastmath")
 
+#: ``numba.config`` settings that numba's pass builders and lowering read at each compile:
+#: a program may set ``numba.config.BOUNDSCHECK`` (or any of these) between two compiles,
+#: and numba compiles the second under the new value.
+NUMBA_SETTINGS = ("OPT", "LOOP_VECTORIZE", "SLP_VECTORIZE", "LLVM_REFPRUNE_PASS",
+                  "LLVM_REFPRUNE_FLAGS", "BOUNDSCHECK", "DEBUGINFO_DEFAULT")
+
 
 @dataclass(frozen=True)
 class Fingerprint:
@@ -54,15 +60,15 @@ def _package_version(name: str) -> str:
         return "absent"
 
 
-def _codegen_components() -> dict:
-    """What numba's JIT codegen compiles for, read where ``CPUCodegen`` reads it.
+def _cpu_components() -> dict:
+    """The CPU numba's JIT codegen compiles for, read where ``CPUCodegen`` reads it when
+    numba makes it, once per process.
 
     The CPU name and features are those of ``CPUCodegen._get_host_cpu_name`` and
     ``_get_host_cpu_features`` (its ``magic_tuple()``): ``NUMBA_CPU_NAME`` set to
     the empty string is a CPU of its own, not the host, and ``NUMBA_ENABLE_AVX``
-    acts through the features. The rest are the settings its target machine and
-    pass builders read. ``tests/test_cpu_targets.py`` checks the CPU part
-    against ``magic_tuple()`` under each setting.
+    acts through the features. ``tests/test_cpu_targets.py`` checks them against
+    ``magic_tuple()`` under each setting.
     """
     import llvmlite.binding as llvm
     from numba.core import config as numba_config
@@ -78,13 +84,27 @@ def _codegen_components() -> dict:
             if numba_config.CPU_FEATURES is None
             else numba_config.CPU_FEATURES
         ),
-        "numba_opt": str(numba_config.OPT),
-        "numba_loop_vectorize": str(numba_config.LOOP_VECTORIZE),
-        "numba_slp_vectorize": str(numba_config.SLP_VECTORIZE),
-        "numba_refprune": f"{numba_config.LLVM_REFPRUNE_PASS}:{numba_config.LLVM_REFPRUNE_FLAGS}",
         "numba_svml": str(getattr(numba_config, "USING_SVML", None)),
-        "numba_boundscheck": str(numba_config.BOUNDSCHECK),
-        "numba_debuginfo": str(numba_config.DEBUGINFO_DEFAULT),
+    }
+
+
+def numba_settings() -> dict:
+    """The values of :data:`NUMBA_SETTINGS` in force now."""
+    from numba.core import config as numba_config
+
+    return {name: getattr(numba_config, name) for name in NUMBA_SETTINGS}
+
+
+def _numba_components() -> dict:
+    settings_now = numba_settings()
+    return {
+        "numba_opt": str(settings_now["OPT"]),
+        "numba_loop_vectorize": str(settings_now["LOOP_VECTORIZE"]),
+        "numba_slp_vectorize": str(settings_now["SLP_VECTORIZE"]),
+        "numba_refprune": (f"{settings_now['LLVM_REFPRUNE_PASS']}:"
+                           f"{settings_now['LLVM_REFPRUNE_FLAGS']}"),
+        "numba_boundscheck": str(settings_now["BOUNDSCHECK"]),
+        "numba_debuginfo": str(settings_now["DEBUGINFO_DEFAULT"]),
     }
 
 
@@ -102,17 +122,19 @@ def _static_components() -> tuple:
         "format_version": versions.KEY_FORMAT,
         "python": f"{sys.implementation.name}-{platform.python_version()}",
         **{name: _package_version(name) for name in _VERSIONED_PACKAGES},
-        **_codegen_components(),
+        **_cpu_components(),
     }
     return tuple(sorted(components.items()))
 
 
 def current_fingerprint() -> Fingerprint:
-    """The fingerprint of this process, with the PyTensor flags in force now.
+    """The fingerprint of this process, with numba's settings and PyTensor's flags in
+    force now.
 
-    Package versions, CPU (as the ``target`` setting decides it, :mod:`numba_cache.cpu_target`)
-    and numba flags are read once per process (they cannot
-    change without a restart); PyTensor flags are re-read because
-    ``config.change_flags`` can change them at any time.
+    Package versions and the CPU (as the ``target`` setting decides it,
+    :mod:`numba_cache.cpu_target`) are read once per process: numba's codegen reads
+    the CPU once too. numba's settings and PyTensor's flags are read each time:
+    ``numba.config`` and ``config.change_flags`` can change them at any time.
     """
-    return Fingerprint.from_components(dict(_static_components()) | _pytensor_flags())
+    return Fingerprint.from_components(
+        dict(_static_components()) | _numba_components() | _pytensor_flags())
