@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytensor.tensor as pt
 import pytest
 from helpers import run_python
@@ -69,6 +70,102 @@ def test_key_changes_when_a_rewrite_is_registered():
     before = key_of(mode=mode)
     database.register("second_rewrite", second_rewrite, "fast_run")
     assert key_of(mode=mode) != before
+
+
+USER_REWRITE = """
+import json, sys
+import numpy as np, pytensor, pytensor.tensor as pt
+from pytensor.graph.rewriting.basic import GraphRewriter, node_rewriter
+from pytensor.tensor.rewriting.basic import register_specialize
+import numba_cache
+
+{how}
+
+x = pt.vector("x")
+function = pytensor.function([x], pt.sinh(x) * 2, mode=mode)
+print(json.dumps({{"values": function(np.array([0.0, 1.0, 2.0])).tolist(),
+                  "stats": dict(numba_cache.session_stats())}}))
+"""
+
+#: Two scripts' rewrites of one name and class, whose code differs: sinh(x) -> x, or the
+#: exact sinh written out. The second must not be served the first's rewritten graph.
+REGISTERED = """
+@register_specialize
+@node_rewriter([pt.sinh])
+def local_my_sinh(fgraph, node):
+    return [{body}]
+mode = "NUMBA_CACHE"
+"""
+ON_THE_MODE = """
+class MyRewriter(GraphRewriter):
+    def apply(self, fgraph):
+        for node in list(fgraph.toposort()):
+            if type(getattr(node.op, "scalar_op", None)).__name__ == "Sinh":
+                fgraph.replace(node.outputs[0], {body}, reason="mine")
+mode = pytensor.compile.mode.get_mode("NUMBA_CACHE").register((MyRewriter(), 0.5))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [REGISTERED, ON_THE_MODE], ids=["registered", "on the mode"])
+def test_a_users_rewrite_of_the_same_name_with_other_code_is_not_served(how, private_store):
+    approximate = run_python(USER_REWRITE.format(how=how.format(body="node.inputs[0]")))
+    assert approximate["values"] == [0.0, 2.0, 4.0]
+    exact_code = "(pt.exp(node.inputs[0]) - pt.exp(-node.inputs[0])) / 2"
+    exact = run_python(USER_REWRITE.format(how=how.format(body=exact_code)))
+    assert exact["stats"].get("rewrite.miss") == 1, exact["stats"]
+    assert exact["values"] == pytest.approx([0.0, 2 * np.sinh(1.0), 2 * np.sinh(2.0)])
+    again = run_python(USER_REWRITE.format(how=how.format(body=exact_code)))
+    assert again["stats"].get("rewrite.hit") == 1 and again["values"] == exact["values"]
+
+
+def test_pytensors_own_rewrites_are_described_by_class_alone():
+    """PyTensor's version, in the fingerprint, pins their code: describing it would
+    cost every warm compile a walk through it."""
+    import pytensor.sparse.rewriting  # noqa: F401 - registers its rewrites
+    import pytensor.typed_list.rewriting  # noqa: F401
+    from pytensor.compile.mode import optdb
+
+    from numba_cache.keys.rewriter_code import foreign_code_digest
+
+    seen, foreign = set(), []
+
+    def walk(database):
+        for name, rewrites in database.__db__.items():
+            for rewrite in rewrites:
+                if id(rewrite) not in seen:
+                    seen.add(id(rewrite))
+                    if foreign_code_digest(rewrite) is not None:
+                        foreign.append(name)
+                    if hasattr(rewrite, "__db__"):
+                        walk(rewrite)
+
+    walk(optdb)
+    assert len(seen) > 300 and foreign == []
+
+
+CODE_DIGEST = """
+import json
+from pytensor.graph.rewriting.basic import node_rewriter
+import pytensor.tensor as pt
+from numba_cache.keys.rewriter_code import foreign_code_digest
+
+def helper(x):
+    return x in {"a", "b", "c", "d"}  # a frozenset constant: its order follows the seed
+
+@node_rewriter([pt.exp])
+def local_mine(fgraph, node, scale=(1, 2.5, "x")):
+    return [node.inputs[0]] if helper("a") else None
+
+print(json.dumps({"digest": foreign_code_digest(local_mine)}))
+"""
+
+
+def test_a_rewrites_code_digest_is_the_same_in_every_process():
+    digests = {run_python(CODE_DIGEST, {"PYTHONHASHSEED": seed})["digest"] for seed in "012"}
+    assert len(digests) == 1 and None not in digests
+    changed = CODE_DIGEST.replace('"a", "b"', '"a", "z"')
+    assert run_python(changed)["digest"] not in digests  # the helper's code is the rewrite's
 
 
 def test_key_changes_with_rewrite_flags():

@@ -4,11 +4,13 @@ It lets a hit skip PyTensor's graph rewriting, which is most of a warm compile.
 Components: the graph before rewriting (inputs, outputs and update outputs, see
 :mod:`.graph`), the input specs (mutable, borrow) and output specs (borrow), the
 mode's effective rewrite query, the registered rewrites (names and classes, so
-registering or removing a rewrite invalidates), the PyTensor flags that steer
-rewriting, and the environment fingerprint (which pins the PyTensor version).
+registering or removing a rewrite invalidates; and the code of those from outside
+PyTensor, :mod:`.rewriter_code`), the PyTensor flags that steer rewriting, and the
+environment fingerprint (which pins the PyTensor version).
 
-Not covered, by nature: a rewriter monkeypatched in place, or rewrites that read
-variable tags; ``NBCACHE_DISABLE`` or a plain ``NUMBA`` mode avoid the shortcut.
+Not covered, by nature: one of PyTensor's rewriters monkeypatched in place, or a
+value a user's rewrite reads from its module; ``NBCACHE_DISABLE`` or a plain
+``NUMBA`` mode avoid the shortcut.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from collections.abc import Callable
 
 from numba_cache import versions
 from numba_cache._compat.pytensor_internals import mode_query
-from numba_cache.keys.canonical import canonical, digest, qualified_name
+from numba_cache.keys.canonical import canonical, digest
 from numba_cache.keys.graph import describe_graph
 from numba_cache.keys.key import Key
+from numba_cache.keys.rewriter_code import describe_rewrite, foreign_code_digest
 
 #: PyTensor flags read by rewrites (``floatX`` and ``numba__fastmath`` are in the fingerprint).
 REWRITE_FLAGS = (
@@ -61,7 +64,7 @@ def describe_query(query, database=None) -> list:
             and getattr(wrapped_mode, "optdb", None) is database):
         return ["active mode", describe_query(mode_query(wrapped_mode), database)]
     if not isinstance(query, RewriteDatabaseQuery):
-        return canonical(query)
+        return [canonical(query), foreign_code_digest(query)]
     return [
         "query",
         _tags(query.include),
@@ -69,7 +72,7 @@ def describe_query(query, database=None) -> list:
         _tags(query.exclude),
         canonical(dict(query.subquery)),
         canonical(query.position_cutoff),
-        [canonical(rewrite) for rewrite in query.extra_rewrites],
+        [[canonical(rewrite), foreign_code_digest(rewrite)] for rewrite in query.extra_rewrites],
     ]
 
 
@@ -100,7 +103,7 @@ def registered_rewrites_digest(database) -> str:
             for rewrite in rewrites:
                 if id(rewrite) not in seen:
                     seen.add(id(rewrite))
-                    names.append([name, qualified_name(type(rewrite))])
+                    names.append([name, *describe_rewrite(rewrite)])
                     if hasattr(rewrite, "__db__"):
                         walk(rewrite)
 
