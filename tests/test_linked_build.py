@@ -89,9 +89,11 @@ def test_later_processes_run_the_linked_build_with_the_linked_bits(private_store
 
 
 def test_a_build_that_fails_is_remembered_and_changes_no_result(private_store):
-    """A numba setting changed in Python is not the helper's: its fingerprint differs,
-    so it stores nothing, and its claim says why; no process asks again."""
-    prelude = "numba.config.LOOP_VECTORIZE = 0"
+    """CPU features set in Python are not the helper's (numba's settings and PyTensor's
+    flags are): its fingerprint differs, so it stores nothing, and its claim says why;
+    no process asks again."""
+    prelude = ("from numba.core.codegen import get_host_cpu_features\n"
+               "numba.config.CPU_FEATURES = get_host_cpu_features() + ',-avx512vnni'")
     first = compile_radon(BACKGROUND, prelude=prelude)
     assert first["stats"]["linking:requested"] == 1
     (claim,) = wait_for_linked_builds(private_store)
@@ -100,6 +102,16 @@ def test_a_build_that_fails_is_remembered_and_changes_no_result(private_store):
     again = compile_radon(BACKGROUND, prelude=prelude)
     assert again["compiles"] == [] and again["values"] == first["values"]
     assert "linking:requested" not in again["stats"] and "linking:served" not in again["stats"]
+
+
+def test_the_helper_builds_under_the_numba_settings_its_process_set_in_python(private_store):
+    prelude = "numba.config.LOOP_VECTORIZE = 0"
+    first = compile_radon(BACKGROUND, prelude=prelude)
+    assert first["stats"]["linking:requested"] == 1
+    assert wait_for_linked_builds(private_store) == []  # built: the claim is released
+    later = compile_radon(BACKGROUND, prelude=prelude)
+    assert later["stats"]["linking:served"] == 1 and later["compiles"] == []
+    assert_within_bound(later["values"], first["values"])
 
 
 def test_a_build_is_claimed_once_until_released_or_stale(tmp_path):
