@@ -130,7 +130,7 @@ class _Code:
             except ValueError:  # an empty cell
                 pass
         # What it names in its own module: helpers it calls, classes it builds.
-        for name in _names(function.__code__):
+        for name in names_read(function.__code__):
             value = function.__globals__.get(name)
             if (isinstance(value, types.FunctionType | type) and id(value) not in self._seen
                     and getattr(value, "__module__", None) == function.__module__):
@@ -169,11 +169,12 @@ def _attributes(value) -> list:
     return members
 
 
-def _names(code: types.CodeType) -> set[str]:
+def names_read(code: types.CodeType) -> set[str]:
+    """The names `code` and the code nested in it refer to (attributes included)."""
     names = set(code.co_names)
     for constant in code.co_consts:
         if isinstance(constant, types.CodeType):
-            names |= _names(constant)
+            names |= names_read(constant)
     return names
 
 

@@ -47,6 +47,7 @@ from numba.extending import get_cython_function_address
 from numba_cache import session
 from numba_cache._compat import numba_internals
 from numba_cache.kernels.runtime.cython_addresses import cython_function_address
+from numba_cache.keys.rewriter_code import names_read
 
 #: The package whose modules' namespaces are carried: importing any of them imports it all.
 DISPATCH = "pytensor.link.numba.dispatch"
@@ -76,7 +77,7 @@ def namespaces_of(blocks: list[str]) -> bytes | None:
         module = sys.modules.get(function.__module__ or "")
         if module is None or not _in_dispatch(module.__name__):
             continue
-        names = _names_read(function.__code__) | numba_internals.ir_global_names(
+        names = names_read(function.__code__) | numba_internals.ir_global_names(
             dispatcher.func_ir)
         namespace = namespaces.setdefault(module.__name__, {})
         for name in sorted(names):
@@ -231,7 +232,7 @@ def _pure(function: types.FunctionType, seen: set) -> bool:
         return False
     cells = [cell.cell_contents for cell in function.__closure__ or ()]
     never_written = numba_internals.NEVER_WRITTEN.get(function.__module__, ())
-    read = {name: function.__globals__[name] for name in sorted(_names_read(code))
+    read = {name: function.__globals__[name] for name in sorted(names_read(code))
             if name in function.__globals__}
     return (all(_carriable(value, seen) for value in cells)
             and all(_carriable(value, seen)
@@ -244,15 +245,6 @@ def _carriable_table(value, seen: set) -> bool:
     of carriable keys and values."""
     return isinstance(value, dict) and all(
         _carriable(key, seen) and _carriable(item, seen) for key, item in value.items())
-
-
-def _names_read(code: types.CodeType) -> set[str]:
-    """The names `code` and the code nested in it refer to (attributes included)."""
-    names = set(code.co_names)
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            names |= _names_read(constant)
-    return names
 
 
 def _instructions(code: types.CodeType):
