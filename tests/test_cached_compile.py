@@ -187,3 +187,40 @@ def test_a_conversion_reading_a_constant_is_done_once_per_value(private_store):
     assert result["value"] == [25.0, 25.0]
     assert result["conversions"] == [2.0, 3.0]
     assert result["stats"]["op.reused"] == 1, result["stats"]  # ScaleBy(y, 2.0) served by ScaleBy(x, 2.0)
+
+
+BUILT_UNDER_OTHER_FLAGS = """
+import json
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import numba_cache
+
+values = np.tile(np.array([1e16, 1.0, -1e16, 1.0]), 256)  # fastmath reassociates this sum
+with pytensor.config.change_flags(numba__fastmath=False):
+    x = pt.dvector("x")
+    function = pytensor.function([x], [pt.sum(x * 1.0000001), pt.cumsum(x)], mode="{mode}")
+total = float(function(values)[0])  # called after the block
+print(json.dumps({{"total": total, "stats": dict(numba_cache.session_stats())}}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("second", [{"NBCACHE_VERIFY_HITS": "1"}, {"NBCACHE_MAX_SIZE": "40K"}],
+                         ids=["a hit verified", "op kernels evicted"])
+def test_a_function_built_under_other_flags_compiles_at_its_first_call_under_them(
+        second, private_store, tmp_path):
+    """What a first call compiles (a verified hit, an op kernel no longer stored) is
+    compiled under the flags the function was built and keyed under, not those of the
+    call: else fastmath code is stored under the fastmath-off key."""
+    env = {"NBCACHE_COMPILE_AHEAD": "0"} | (
+        {"NBCACHE_MAX_SIZE": "40K"} if "NBCACHE_MAX_SIZE" in second else {})
+    numba = run_python(BUILT_UNDER_OTHER_FLAGS.format(mode="NUMBA"),
+                       {"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'numba'}"})
+    first = run_python(BUILT_UNDER_OTHER_FLAGS.format(mode="NUMBA_CACHE"), env)
+    lazily = run_python(BUILT_UNDER_OTHER_FLAGS.format(mode="NUMBA_CACHE"), env | second)
+    later = run_python(BUILT_UNDER_OTHER_FLAGS.format(mode="NUMBA_CACHE"), env)
+    assert numba["total"] == first["total"] == lazily["total"] == later["total"], (
+        numba, first, lazily, later)
+    compiled_lazily = ("verify.same", "links:unmet")
+    assert any(counter in lazily["stats"] for counter in compiled_lazily), lazily["stats"]
+    assert "verify.differs" not in lazily["stats"]

@@ -5,6 +5,8 @@ The contexts and stores made are kept in the session (:mod:`numba_cache.session`
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from numba_cache import _compat, logs, session
@@ -32,6 +34,9 @@ class CacheContext:
     fingerprint: Fingerprint
     enabled: bool
     op_kernels: dict = field(default_factory=dict, compare=False, repr=False)
+    #: The PyTensor flags and numba settings the fingerprint was read under
+    #: (:func:`compile_state`), put back in force around a compile (:func:`flags_in_force`).
+    state: dict = field(default_factory=dict, compare=False, repr=False)
 
     def source_label(self, key, verdict) -> str:
         """The file name the generated source of `key` is compiled under: its copy in the
@@ -55,14 +60,51 @@ def current_context() -> CacheContext:
                                           lambda: _context(settings, fingerprint))
 
 
-def helper_state(settings: settings_module.Settings) -> dict:
-    """What a helper process needs to compile as this process does (:func:`adopt_state`):
-    `settings`, and the PyTensor flags and numba settings of the fingerprint, which a
-    notebook may set in Python."""
+def compile_state() -> dict:
+    """The PyTensor flags and numba settings of the fingerprint, as they are now: a
+    notebook may set them in Python, and change them between building a function and
+    calling it."""
     from pytensor import config
 
-    return {"settings": settings, "flags": {flag: getattr(config, flag) for flag in PYTENSOR_FLAGS},
+    return {"flags": {flag: getattr(config, flag) for flag in PYTENSOR_FLAGS},
             "numba": numba_settings()}
+
+
+@contextlib.contextmanager
+def flags_in_force(context: CacheContext) -> Iterator[None]:
+    """`context`'s PyTensor flags and numba settings in force in the block.
+
+    A function built inside ``config.change_flags(numba__fastmath=False)`` and called
+    after it compiles what it did not load at its first call (an op kernel gone from
+    the store, a hit verified): under the flags of its keys, as PyTensor's ``NUMBA``
+    compiles under the flags of its build. Nothing changes when they are in force already.
+    """
+    from numba.core import config as numba_config
+    from pytensor import config
+
+    state = context.state
+    changed_flags = {flag: value for flag, value in state.get("flags", {}).items()
+                     if getattr(config, flag) != value}
+    changed_numba = {name: value for name, value in state.get("numba", {}).items()
+                     if getattr(numba_config, name) != value}
+    if not changed_flags and not changed_numba:
+        yield
+        return
+    saved = {name: getattr(numba_config, name) for name in changed_numba}
+    try:
+        for name, value in changed_numba.items():
+            setattr(numba_config, name, value)
+        with config.change_flags(**changed_flags):
+            yield
+    finally:
+        for name, value in saved.items():
+            setattr(numba_config, name, value)
+
+
+def helper_state(settings: settings_module.Settings) -> dict:
+    """What a helper process needs to compile as this process does (:func:`adopt_state`):
+    `settings`, and the PyTensor flags and numba settings of the fingerprint."""
+    return {"settings": settings, **compile_state()}
 
 
 def adopt_state(state: dict, **overrides) -> CacheContext:
@@ -83,7 +125,7 @@ def _context(settings, fingerprint) -> CacheContext:
     # A disabled cache has a store of nothing, so that Store need not ask in every method.
     store = session.current().stores.get(
         settings, lambda: NullStore(settings) if settings.disabled else Store(settings))
-    context = CacheContext(settings, store, fingerprint, enabled=False)
+    context = CacheContext(settings, store, fingerprint, enabled=False, state=compile_state())
     if settings.disabled or not _self_test_passed(context):
         return context
     return replace(context, enabled=True)

@@ -97,12 +97,15 @@ class KernelCache(KernelLookup, KernelStorage, _Cache):
 
     @contextlib.contextmanager
     def compiling(self):
-        """Scope of one ``Dispatcher.compile`` call: releases locks taken on a miss, and
-        writes the bookkeeping of its loads together."""
+        """Scope of one ``Dispatcher.compile`` call: under the flags its key was made with
+        (:func:`.context.flags_in_force`); releases locks taken on a miss, and writes the
+        bookkeeping of its loads together."""
+        from numba_cache.kernels.context import flags_in_force
+
         frame: list = []
         self._held_locks.append(frame)
         try:
-            with self._context.store.bookkeeping_together():
+            with flags_in_force(self._context), self._context.store.bookkeeping_together():
                 yield
         finally:
             self._held_locks.pop()
