@@ -235,3 +235,71 @@ def test_values_are_described_through_their_class_mro_abc_registrations_named():
     assert describe(Derived()) == "default"
     describe.register(Base)(lambda value: "base")
     assert describe(Derived()) == "base" and describe(3) == "default"
+
+
+USER_OP = """
+import json
+import numpy as np
+import pytensor, pytensor.tensor as pt
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from pytensor.link.numba.dispatch import basic as numba_basic
+from pytensor.link.numba.dispatch.basic import register_funcify_default_op_cache_key
+import numba_cache
+
+class MyOp(Op):
+    __props__ = ("k",)
+    def __init__(self, k):
+        self.k = k
+    def make_node(self, x):
+        x = pt.as_tensor_variable(x)
+        return Apply(self, [x], [x.type()])
+    def perform(self, node, inputs, outputs):
+        outputs[0][0] = inputs[0] * {factor} + self.k
+
+@register_funcify_default_op_cache_key(MyOp)
+def numba_funcify_my_op(op, node=None, **kwargs):
+    k = op.k
+    @numba_basic.numba_njit
+    def kernel(x):
+        return x * {factor} + k
+    return kernel
+
+x = pt.dvector("x")
+function = pytensor.function([x], pt.exp(MyOp(1.0)(x)) + 1, mode="{mode}")
+print(json.dumps({{"values": function(np.arange(3.0)).tolist(),
+                  "stats": dict(numba_cache.session_stats())}}))
+"""
+
+
+@pytest.mark.slow
+def test_a_users_op_converted_by_other_code_is_not_served_the_first_kernel(private_store,
+                                                                           tmp_path):
+    """PyTensor keys an op registered with register_funcify_default_op_cache_key by its
+    class name and props: the same MyOp with its kernel fixed (x * 2 to x * 3) had the
+    same keys. Its conversion's code is part of the op's description now."""
+    def run(factor: float, mode: str = "NUMBA_CACHE") -> dict:
+        flags = {"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / f'{mode}-{factor}'}"}
+        return run_python(USER_OP.format(factor=factor, mode=mode), flags)
+
+    first = run(2.0)
+    fixed = run(3.0)
+    assert fixed["stats"].get("graph.miss") == 1, fixed["stats"]
+    assert fixed["values"] == run(3.0, "NUMBA")["values"] != first["values"]
+    assert run(3.0)["stats"].get("graph.hit") == 1  # and the fixed one is served
+
+
+def test_pytensors_own_ops_are_described_without_conversion_code():
+    """Their conversions are PyTensor's, pinned by its version: keys stay as they were,
+    whether or not the dispatch is imported."""
+    import pytensor
+    import pytensor.link.numba.dispatch  # noqa: F401 - its registries, filled
+
+    from numba_cache.evaluation.models import gp_model, radon_model
+    from numba_cache.keys.foreign_code import conversion_code_digest
+
+    ops = []
+    for model in (radon_model(), gp_model()):
+        function = pytensor.function(model.inputs, model.outputs, mode="NUMBA")
+        ops += [node.op for node in function.maker.fgraph.apply_nodes]
+    assert len(ops) > 50 and [op for op in ops if conversion_code_digest(op)] == []

@@ -126,7 +126,7 @@ def test_pytensors_own_rewrites_are_described_by_class_alone():
     import pytensor.typed_list.rewriting  # noqa: F401
     from pytensor.compile.mode import optdb
 
-    from numba_cache.keys.rewriter_code import foreign_code_digest
+    from numba_cache.keys.foreign_code import foreign_code_digest
 
     seen, foreign = set(), []
 
@@ -148,7 +148,7 @@ CODE_DIGEST = """
 import json
 from pytensor.graph.rewriting.basic import node_rewriter
 import pytensor.tensor as pt
-from numba_cache.keys.rewriter_code import foreign_code_digest
+from numba_cache.keys.foreign_code import foreign_code_digest
 
 def helper(x):
     return x in {"a", "b", "c", "d"}  # a frozenset constant: its order follows the seed

@@ -47,7 +47,7 @@ ALLOWED = {
     "the installed packages and of the CPU target, which a process fixes once",
     "numba_cache.kernels.runtime.cython_addresses._module_alone": "an extension module "
     "loaded once (Cython keeps one per process)",
-    "numba_cache.keys.rewriter_code._foreign_classes": "which classes of a class's method "
+    "numba_cache.keys.foreign_code._foreign_classes": "which classes of a class's method "
     "resolution order are not PyTensor's, numpy's... (a class's bases never change)",
 }
 

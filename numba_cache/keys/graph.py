@@ -32,15 +32,19 @@ from pytensor.tensor.type import TensorType
 from numba_cache.codegen.lifted_constants import lifted_positions, summary
 from numba_cache.keys.canonical import canonical, digest, props_description, qualified_name
 from numba_cache.keys.constants import hidden_constants
+from numba_cache.keys.foreign_code import conversion_code_digest
 
 
 def describe_op(op) -> list:
-    """JSON description of an op, including its inplace (destroy/view) maps."""
-    return [
+    """JSON description of an op, including its inplace (destroy/view) maps, and the
+    code from outside PyTensor that converts it (a user's op), if any."""
+    description = [
         canonical(op),
         canonical(getattr(op, "destroy_map", {})),
         canonical(getattr(op, "view_map", {})),
     ]
+    conversion = conversion_code_digest(op)
+    return description if conversion is None else [*description, conversion]
 
 
 def describe_type(pytensor_type: Type) -> list:

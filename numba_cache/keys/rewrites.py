@@ -5,7 +5,7 @@ Components: the graph before rewriting (inputs, outputs and update outputs, see
 :mod:`.graph`), the input specs (mutable, borrow) and output specs (borrow), the
 mode's effective rewrite query, the registered rewrites (names and classes, so
 registering or removing a rewrite invalidates; and the code of those from outside
-PyTensor, :mod:`.rewriter_code`), the PyTensor flags that steer rewriting, and the
+PyTensor, :mod:`.foreign_code`), the PyTensor flags that steer rewriting, and the
 environment fingerprint (which pins the PyTensor version).
 
 Not covered, by nature: one of PyTensor's rewriters monkeypatched in place, or a
@@ -25,7 +25,7 @@ from numba_cache._compat.pytensor_internals import mode_query
 from numba_cache.keys.canonical import canonical, digest
 from numba_cache.keys.graph import describe_graph
 from numba_cache.keys.key import Key
-from numba_cache.keys.rewriter_code import describe_rewrite, foreign_code_digest
+from numba_cache.keys.foreign_code import describe_rewrite, foreign_code_digest
 
 #: PyTensor flags read by rewrites (``floatX`` and ``numba__fastmath`` are in the fingerprint).
 REWRITE_FLAGS = (

@@ -47,7 +47,7 @@ from numba.extending import get_cython_function_address
 from numba_cache import session
 from numba_cache._compat import numba_internals
 from numba_cache.kernels.runtime.cython_addresses import cython_function_address
-from numba_cache.keys.rewriter_code import names_read
+from numba_cache.keys.foreign_code import names_read
 
 #: The package whose modules' namespaces are carried: importing any of them imports it all.
 DISPATCH = "pytensor.link.numba.dispatch"

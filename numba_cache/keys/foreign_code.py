@@ -1,13 +1,15 @@
-"""The code of rewrites from outside PyTensor, for the rewrite key.
+"""The code from outside PyTensor that decides a graph's rewriting or an op's kernel, for keys.
 
-PyTensor's own rewrites are pinned by its version, in the fingerprint. A rewrite
-a user, PyMC or another library registers is not: two scripts may register a
-``local_my_sinh`` of the same name and class (``FromFunctionNodeRewriter``) with
-other bodies, or a user may fix a rewrite's body between two runs. Such a rewrite
-is described by the code it runs: the functions it holds (``fn``), the methods of
-its class, the rewriters it wraps, and, transitively, the functions and classes of
-their own module they name. Values they read from their module (a threshold
-constant) are not: ``docs/limits.md`` says so.
+PyTensor's own rewrites and numba conversions are pinned by its version, in the
+fingerprint. Those a user, PyMC or another library registers are not: two scripts
+may register a ``local_my_sinh`` of the same name and class
+(``FromFunctionNodeRewriter``), or a ``MyOp`` conversion, with other bodies; a user
+may fix one between two runs. These are described by the code they run: the
+functions a rewrite holds, its class's methods, the rewriters it wraps
+(:func:`describe_rewrite`); the conversion functions registered for an op and the
+ops inside it (:func:`conversion_code_digest`); and, transitively, the functions and
+classes of their own module they name. Values they read from their module (a
+threshold constant) are not: ``docs/limits.md`` says so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hashlib
 import sys
 import types
 
+from pytensor.graph.op import Op
 from pytensor.graph.rewriting.basic import (
     FromFunctionGraphRewriter,
     FromFunctionNodeRewriter,
@@ -47,6 +50,51 @@ def foreign_code_digest(rewrite) -> str | None:
     found = _Code()
     found.add_object(rewrite)
     return found.digest()
+
+
+#: PyTensor's numba conversion registries, by module and name: the code an op's kernel
+#: is made by (its own, or a user's registration).
+CONVERSION_REGISTRIES = (
+    ("pytensor.link.numba.dispatch.basic", "numba_funcify"),
+    ("pytensor.link.numba.dispatch.basic", "numba_funcify_and_cache_key"),
+    ("pytensor.link.numba.dispatch.basic", "numba_funcify_default_op_cache_key"),
+)
+
+
+def conversion_code_digest(op) -> str | None:
+    """The digest of the code from outside PyTensor that converts `op` (and the ops
+    inside it: an Elemwise's scalar op, a Composite's) to numba, or None.
+
+    PyTensor keys a user's op registered with ``register_funcify_default_op_cache_key``
+    by its class name and props: two scripts' ``MyOp`` with other kernels, or a kernel
+    fixed between two runs, would share a key. Only a process that imported PyTensor's
+    numba dispatch can have registered a conversion: one that did not has PyTensor's own.
+    """
+    registries = [getattr(sys.modules[module], name) for module, name in CONVERSION_REGISTRIES
+                  if module in sys.modules]
+    if not registries:
+        return None
+    found = _Code()
+    for op_type in _op_types(op, set()):
+        for registry in registries:
+            found.add_object(registry.dispatch(op_type))
+    return found.digest()
+
+
+def _op_types(op, seen: set) -> list[type]:
+    """`op`'s class, and those of the ops in its props and inner graph, recursively."""
+    if id(op) in seen:
+        return []
+    seen.add(id(op))
+    types_found = [type(op)]
+    inner = [getattr(op, name, None) for name in getattr(op, "__props__", ())]
+    fgraph = getattr(op, "fgraph", None)
+    if fgraph is not None and hasattr(fgraph, "apply_nodes"):
+        inner += [node.op for node in fgraph.apply_nodes]
+    for value in inner:
+        if isinstance(value, Op):
+            types_found += _op_types(value, seen)
+    return types_found
 
 
 #: Values that hold no code a rewrite runs: plain values, and the classes and ops
@@ -118,9 +166,16 @@ class _Code:
                     self.add_function(function)
 
     def add_function(self, function: types.FunctionType) -> None:
-        if _pinned(function.__module__):
-            return
         self._seen.add(id(function))
+        if _pinned(function.__module__):
+            # A wrapper of PyTensor's (functools.wraps, a registration helper) may hold
+            # a user's function.
+            for cell in function.__closure__ or ():
+                try:
+                    self.add_object(cell.cell_contents)
+                except ValueError:  # an empty cell
+                    pass
+            return
         self._parts.append(f"{function.__module__}.{function.__qualname__}".encode())
         self._add_code(function.__code__)
         self._parts.append(_stable_repr(function.__defaults__).encode())
