@@ -117,7 +117,8 @@ def _pinned(module: str | None) -> bool:
 
 
 class _Code:
-    """Collects the code objects reachable from rewriter objects, outside PyTensor."""
+    """Collects the code reachable from rewrites and conversion functions that the
+    fingerprint does not pin."""
 
     def __init__(self):
         self._seen: set[int] = set()
@@ -205,8 +206,10 @@ class _Code:
 
 
 def _pinned_leaf(value) -> bool:
+    """Nothing, or a function of a pinned package holding no other function."""
     return value is None or value == () or (
-        type(value) is types.FunctionType and _pinned(value.__module__))
+        type(value) is types.FunctionType and _pinned(value.__module__)
+        and not value.__closure__)
 
 
 @functools.cache
