@@ -303,3 +303,16 @@ def test_pytensors_own_ops_are_described_without_conversion_code():
         function = pytensor.function(model.inputs, model.outputs, mode="NUMBA")
         ops += [node.op for node in function.maker.fgraph.apply_nodes]
     assert len(ops) > 50 and [op for op in ops if conversion_code_digest(op)] == []
+
+
+def test_pytensors_conversion_registries_are_where_foreign_code_reads_them():
+    """If PyTensor moves or renames one, a user's conversion would go unkeyed again."""
+    import importlib
+    from functools import singledispatch
+
+    from numba_cache.keys.foreign_code import CONVERSION_REGISTRIES
+
+    for module, name in CONVERSION_REGISTRIES:
+        registry = getattr(importlib.import_module(module), name)
+        assert hasattr(registry, "dispatch") and hasattr(registry, "register"), name
+        assert type(registry) is type(singledispatch(lambda value: None)), name
