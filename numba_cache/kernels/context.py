@@ -108,8 +108,9 @@ def helper_state(settings: settings_module.Settings) -> dict:
 
 
 def adopt_state(state: dict, **overrides) -> CacheContext:
-    """In a helper process: take the settings (with `overrides`) and PyTensor flags of
-    `state`, made by :func:`helper_state` in the process it helps; the context they give."""
+    """In a helper process: take the settings (with `overrides`), PyTensor flags and numba
+    settings of `state`, made by :func:`helper_state` in the process it helps; the context
+    they give."""
     from numba.core import config as numba_config
     from pytensor import config
 
