@@ -16,14 +16,13 @@ a lock held past the busy timeout, the index is not asked again for a while.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from .. import session, versions
 from .entry import Entry
@@ -93,12 +92,11 @@ _DISK_FAILURES = (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANT
 _Result = TypeVar("_Result")
 
 
-@dataclasses.dataclass
-class _Bookkeeping:
+class _Bookkeeping(NamedTuple):
     """Uses of entries (their index rows) and counter bumps, to be written together."""
 
-    hits: list[tuple] = dataclasses.field(default_factory=list)
-    counts: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    hits: list[tuple]
+    counts: dict[tuple[str, str], int]
 
 
 class Index:
@@ -140,7 +138,7 @@ class Index:
         if pending is not None:
             pending.hits.append(row)
             return
-        self._write_bookkeeping(_Bookkeeping(hits=[row]))
+        self._write_bookkeeping(_Bookkeeping([row], {}))
 
     def count(self, fingerprint: str, name: str, n: int) -> None:
         """Add `n` to a counter; within :meth:`bookkeeping_together`, at the block's end."""
@@ -148,7 +146,7 @@ class Index:
         if pending is not None:
             pending.counts[fingerprint, name] = pending.counts.get((fingerprint, name), 0) + n
             return
-        self._write_bookkeeping(_Bookkeeping(counts={(fingerprint, name): n}))
+        self._write_bookkeeping(_Bookkeeping([], {(fingerprint, name): n}))
 
     @contextlib.contextmanager
     def bookkeeping_together(self) -> Iterator[None]:
@@ -163,7 +161,7 @@ class Index:
         if getattr(self._local, "pending", None) is not None:
             yield
             return
-        self._local.pending = _Bookkeeping()
+        self._local.pending = _Bookkeeping([], {})
         try:
             yield
         finally:
