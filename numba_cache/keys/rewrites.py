@@ -23,7 +23,7 @@ from collections.abc import Callable
 from numba_cache import versions
 from numba_cache._compat.pytensor_internals import mode_query
 from numba_cache.keys.canonical import canonical, digest
-from numba_cache.keys.graph import describe_graph
+from numba_cache.keys.graph import constant_digest, describe_graph
 from numba_cache.keys.key import Key
 from numba_cache.keys.foreign_code import describe_rewrite, foreign_code_digest
 
@@ -163,4 +163,20 @@ def rewrite_key(fgraph, inputs, outputs, mode, fingerprint, rewrites_digest: str
             "rewrites": rewrites_digest,
             "flags": {flag: str(getattr(config, flag)) for flag in REWRITE_FLAGS},
         },
+    )
+
+
+def content_key_from(data_key: Key, hidden: list) -> Key:
+    """The key by content of the graph whose key by questions is `data_key`.
+
+    That key describes each of the `hidden` constants by position, type and shape;
+    with their contents added it describes the graph as fully as describing it
+    again by content would, for the cost of hashing the data alone.
+    """
+    contents = [constant_digest(constant) for constant in hidden]
+    return Key.from_components(
+        "rewrite",
+        data_key.summary.replace("(questions)", "(content)"),
+        data_key.components | {"graph": digest([data_key.components["graph"], contents]),
+                               "data": "content"},
     )

@@ -42,7 +42,7 @@ from numba_cache.rewritten.data_reads import DataReads, answers_for, derive, wat
 from numba_cache.keys.kernels import graph_kernel_key, op_calls_setting
 from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order
-from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
+from numba_cache.keys.rewrites import complete_rewrites_digest, content_key_from, rewrite_key
 from numba_cache.store import Entry, entry_layout
 from numba_cache.store.entry_layout import graph_key_fields
 
@@ -149,7 +149,8 @@ class RewriteLookup:
         """The key by content; None (reported once) when the graph cannot be keyed so."""
         if self._content_key is None and not self._content_unkeyable:
             try:
-                self._content_key = self._key_of(False)
+                self._content_key = (self._key_of(False) if self.data_key is None
+                                     else content_key_from(self.data_key, self.originals))
             except Exception as exc:  # a miss with a reason, never a failed compile
                 self._content_unkeyable = True
                 report_unkeyable(self.context, self.fgraph, exc)
