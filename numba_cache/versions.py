@@ -68,7 +68,10 @@ LINKED_BODY = 1
 #: 9: graphs are described with the tags PyTensor's rewrites read (``keys/graph.py``:
 #: ``REWRITE_TAGS``): a version 8 entry of a graph rewritten with ``A.tag.symmetric``
 #: has the key of the same graph without it.
-REWRITE_CACHE = 9
+#: 10: the rewritten graph is stored with its node order, PyTensor's ``toposort`` of it
+#: (``keys/order.py``), and restored in that order; a data-bound graph's key by content
+#: is its data key with the data's digests.
+REWRITE_CACHE = 10
 
 #: The on-disk record of one entry (``store/record.py``), in its magic ``NBCACHE<n>``;
 #: version 2 records (every blob raw) are still read.

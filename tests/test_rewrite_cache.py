@@ -10,9 +10,12 @@ from pytensor import config
 from pytensor.compile.io import In, Out
 from pytensor.graph.fg import FunctionGraph
 from pytensor.graph.rewriting.basic import node_rewriter
+from pytensor.scalar.basic import exp as scalar_exp
+from pytensor.tensor.elemwise import Elemwise
 
 from numba_cache import numba_cache_mode
 from numba_cache.keys.fingerprint import Fingerprint, current_fingerprint
+from numba_cache.keys.order import execution_order, restored_order
 from numba_cache.keys.rewrites import complete_rewrites_digest, rewrite_key
 
 
@@ -270,6 +273,22 @@ def test_restored_graph_is_the_graph_rewriting_produces():
     assert cold["stats"]["rewrite.miss"] == 1 and warm["stats"]["rewrite.hit"] == 1
     assert warm["graph"] == cold["graph"]
     assert warm["values"] == cold["values"]
+
+
+
+def test_a_stored_node_order_is_restored_only_if_the_graph_allows_it():
+    """The rewrite cache restores a graph in its stored order, checked: each node after
+    its inputs' nodes and after the readers of the buffer it overwrites."""
+    exp_inplace = Elemwise(scalar_exp, inplace_pattern={0: 0})
+    x = pt.vector("x")
+    fgraph = FunctionGraph([x], [exp_inplace(x), x * 2], clone=True)
+    order = execution_order(fgraph)
+    expand, multiply, exp = order
+    assert exp.op == exp_inplace  # after Mul, which reads the x it overwrites
+    assert restored_order(fgraph, order) == order
+    for wrong in ([expand, exp, multiply], [multiply, expand, exp], [expand, multiply]):
+        with pytest.raises(ValueError, match="stored node order"):
+            restored_order(fgraph, wrong)
 
 
 UPDATES_COPY_PICKLE = """

@@ -61,3 +61,68 @@ def test_runtime_valued_exception_is_the_same_cold_and_warm(link_ops):
             assert numba_cache_mode == python_mode, (name, run["stats"])
         assert run["works"] == [[0.0, 1.0], [2.0, 3.0, 4.0]]
     assert warm["raised"]["split sizes sum"][1] == ["ValueError", "Split sizes sum to 4; expected 5"]
+
+
+
+FAILING_CALLS = """
+import json
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+
+import numba_cache
+
+shared_after = {}
+
+def difference_and_gradient(mode):
+    x, y = pt.vector("x"), pt.vector("y")
+    function = pytensor.function([x, y], [x - y, *pytensor.grad((x - y).sum(), [x, y])],
+                                 mode=mode)
+    return lambda: function(np.ones(3), np.ones(2))
+
+def updates(mode):
+    a = pytensor.shared(np.arange(3.0), name="a")
+    c = pytensor.shared(np.int64(0), name="c")
+    x = pt.vector("x")
+    function = pytensor.function([x], a + x, updates={a: a + x, c: c + 1}, mode=mode)
+    function(np.ones(3))
+    def call():
+        try:
+            function(np.ones(4))
+        finally:
+            shared_after[mode] = [a.get_value().tolist(), int(c.get_value())]
+    return call
+
+outcomes = {}
+for mode in ("NUMBA", "NUMBA_CACHE"):
+    for case in (difference_and_gradient, updates):
+        call = case(mode)
+        try:
+            call()
+            outcome = None
+        except Exception as exc:
+            outcome = [type(exc).__name__, str(exc).splitlines()[0]]
+        outcomes.setdefault(case.__name__, []).append(outcome)
+print(json.dumps({"outcomes": outcomes, "shared_after": shared_after,
+                  "stats": dict(numba_cache.session_stats())}))
+"""
+
+
+def test_a_failing_call_fails_where_numbas_does_cold_and_warm():
+    """Two checks fail in the first case: the first to run names the exception (NUMBA
+    runs the gradient's broadcast Assert first). In the second, NUMBA has run the
+    inplace update of `c` when the addition fails. The kernel runs its nodes in
+    NUMBA's order, in a process that rewrote the graph and in one that restored it."""
+    cold, warm = (run_python(FAILING_CALLS) for _ in range(2))
+    assert "rewrite.miss" in cold["stats"] and "graph.miss" in cold["stats"], cold["stats"]
+    assert warm["stats"].get("rewrite.hit") == 2 and warm["stats"].get("graph.hit") == 2, \
+        warm["stats"]
+    for run in (cold, warm):
+        numba, ours = run["outcomes"]["difference_and_gradient"]
+        assert numba[0] == "AssertionError", numba
+        assert ours == numba
+        numba, ours = run["outcomes"]["updates"]
+        assert numba[0] == "ValueError", numba
+        assert ours == numba
+        assert run["shared_after"]["NUMBA"] == [[1.0, 2.0, 3.0], 2]
+        assert run["shared_after"]["NUMBA_CACHE"] == run["shared_after"]["NUMBA"]

@@ -1,19 +1,21 @@
-"""The order a graph kernel evaluates its nodes in: a function of the graph alone.
+"""The order a graph kernel evaluates its nodes in: the order PyTensor's linker uses.
 
-``FunctionGraph.toposort`` depends on more than the graph: its tie-breaking on
-the order nodes were imported, and its *extra orderings* on the features
-attached to the graph. An inplace op must run after every other reader of the
-buffer it overwrites, and only a ``DestroyHandler`` feature says so. Rewriting
-attaches one; a graph swapped in from the rewrite cache used to have none, so
-its toposort was free to run an inplace reduction before the nodes still
-reading its input, and the kernel compiled from it returned a wrong gradient
-under the original graph's key.
+Which node runs first is visible when a call raises: the first check that fails
+names the exception (a gradient's broadcast ``Assert`` raises ``AssertionError``
+where the ``Sub`` it guards raises ``ValueError``), and an inplace update that
+ran before the failure has changed its shared variable. ``NUMBA`` runs the nodes
+in ``FunctionGraph.toposort()`` order (``JITLinker.schedule``), so the generated
+source does too (:func:`execution_order`).
 
-:func:`execution_order` derives the order from the graph's structure (outputs
-in order, node inputs in order) and its destroy orderings, which it computes
-with a ``DestroyHandler`` as PyTensor does for any graph with inplace ops. Two
-graphs with the same structure and the same ops get the same order, hence the
-same generated source, whatever features or import history they carry.
+That order depends on more than the graph: on the orderings the graph's features
+add (an inplace op runs after every other reader of the buffer it overwrites,
+and only a ``DestroyHandler`` says so), and, among those, on the order their
+nodes were imported. So a graph key lists the nodes in this order (a key names
+one source), a graph with inplace ops and no ``DestroyHandler`` gets one as
+PyTensor gives every graph it compiles, and the rewrite cache stores the order
+of the graph it rewrote with it and restores that (:func:`restored_order`): the
+order ``NUMBA`` would run the rewritten graph in, whatever the history of the
+graph it is swapped into.
 """
 
 from __future__ import annotations
@@ -36,52 +38,26 @@ def ensure_destroy_handler(fgraph) -> None:
 
 
 def execution_order(fgraph) -> list:
-    """`fgraph`'s nodes in a topological order that honours its destroy orderings.
+    """`fgraph`'s nodes in the order PyTensor's linker runs them, destroy orderings honoured."""
+    ensure_destroy_handler(fgraph)
+    return list(fgraph.toposort())
 
-    A depth-first post-order from the outputs (in output order), visiting a
-    node's inputs in input order, then the nodes that must run before it
-    because it overwrites what they read, in the order of a first pass that
-    ignores those. Nothing here depends on toposort tie-breaking, creation order
-    or object ids.
+
+def restored_order(fgraph, order: list) -> list:
+    """`order`, the stored order of a graph restored into `fgraph`, checked against it.
+
+    Raises ``ValueError`` unless `order` lists each of `fgraph`'s nodes once, each
+    after the nodes computing its inputs and after those its destroy orderings
+    say must run first.
     """
     ensure_destroy_handler(fgraph)
-    structural = _post_order(fgraph.outputs, {})
-    position = {node: index for index, node in enumerate(structural)}
-    before = {
-        node: sorted(prerequisites, key=position.__getitem__)
-        for node, prerequisites in fgraph.orderings().items()
-        if prerequisites
-    }
-    order = _post_order(fgraph.outputs, before)
-    if len(order) != len(fgraph.apply_nodes):
-        raise ValueError(f"{len(fgraph.apply_nodes) - len(order)} nodes are not reachable from "
-                         "the outputs")
-    return order
-
-
-def _post_order(outputs, before: dict) -> list:
-    """Nodes computing `outputs`, each after its inputs' owners and its `before` nodes."""
-    order: list = []
-    state: dict = {}  # node -> False while its prerequisites are visited, True once emitted
-    for output in outputs:
-        if output.owner is None or output.owner in state:
-            continue
-        stack = [(output.owner, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                state[node] = True
-                order.append(node)
-                continue
-            if node in state:
-                if state[node] is False:
-                    raise ValueError(f"the orderings of {node} form a cycle")
-                continue
-            state[node] = False
-            stack.append((node, True))
-            prerequisites = [variable.owner for variable in node.inputs if variable.owner is not None]
-            prerequisites += before.get(node, [])
-            # Pushed in reverse, so that they are visited in order.
-            stack.extend((prerequisite, False) for prerequisite in reversed(prerequisites)
-                         if state.get(prerequisite) is not True)
-    return order
+    if len(order) != len(fgraph.apply_nodes) or set(order) != set(fgraph.apply_nodes):
+        raise ValueError("the stored node order does not list the restored graph's nodes")
+    position = {node: index for index, node in enumerate(order)}
+    orderings = fgraph.orderings()
+    for node in order:
+        before = [variable.owner for variable in node.inputs if variable.owner is not None]
+        before += orderings.get(node, [])
+        if any(position[earlier] > position[node] for earlier in before):
+            raise ValueError(f"the stored node order runs {node} before what it needs")
+    return list(order)

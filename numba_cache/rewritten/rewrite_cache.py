@@ -9,8 +9,9 @@ and hands the linker the whole-graph key stored with it (through the session's
 ``known_graph_kernels``, :mod:`numba_cache.session`), so neither rewriting nor
 keying the rewritten graph is repeated.
 
-The stored graph is a pickle of the outputs in which every input variable is a
-*persistent id* (its position): inputs, shared variables and their values are
+The stored graph is a pickle of the outputs, and of the nodes in the order the
+kernel runs them (:mod:`numba_cache.keys.order`), in which every input variable is
+a *persistent id* (its position): inputs, shared variables and their values are
 never stored, and unpickling wires the nodes straight to the new inputs.
 
 Observed data (large constants) would make every new data set a new rewrite.
@@ -41,7 +42,7 @@ from numba_cache.keys.constants import hidden_constants
 from numba_cache.rewritten.data_reads import DataReads, answers_for, derive, watch
 from numba_cache.keys.kernels import graph_kernel_key, op_calls_setting
 from numba_cache.keys.key import Key
-from numba_cache.keys.order import execution_order
+from numba_cache.keys.order import execution_order, restored_order
 from numba_cache.keys.rewrites import complete_rewrites_digest, content_key_from, rewrite_key
 from numba_cache.store import Entry, entry_layout
 from numba_cache.store.entry_layout import graph_key_fields
@@ -222,12 +223,12 @@ class RewriteLookup:
         given = list(self.fgraph.outputs)
         try:
             graph_key = Key(**graph_key_fields(entry))
-            outputs = _unpickle_outputs(entry.blobs[entry_layout.REWRITTEN_GRAPH_BLOB],
-                                        self.fgraph.inputs, slots)
+            outputs, order = _unpickle_outputs(entry.blobs[entry_layout.REWRITTEN_GRAPH_BLOB],
+                                               self.fgraph.inputs, slots)
             expected_source = entry_layout.decode_digest(
                 entry.blobs[entry_layout.KERNEL_SOURCE_BLOB])
             _replace_outputs(self.fgraph, outputs)
-            known = known_graph_kernel(self.fgraph, graph_key)
+            known = known_graph_kernel(self.fgraph, graph_key, restored_order(self.fgraph, order))
             restored_source = digest(known.generated.source)
         except Exception as exc:  # an unusable entry is a miss, never a failed compile
             self._put_back(given)
@@ -285,7 +286,7 @@ class RewriteLookup:
             known = known_graph_kernel(self.fgraph, graph_key, order)
             blobs = {
                 entry_layout.REWRITTEN_GRAPH_BLOB: _pickle_outputs(
-                    self.fgraph, [c for c, _ in slotted]),
+                    self.fgraph, order, [c for c, _ in slotted]),
                 entry_layout.GRAPH_KEY_BLOB: entry_layout.encode_graph_key(
                     graph_key.kind, graph_key.summary, graph_key.components, graph_key.digest),
                 entry_layout.KERNEL_SOURCE_BLOB: entry_layout.encode_digest(
@@ -367,19 +368,23 @@ class _PositionsAsVariables(pickle.Unpickler):
         return self._variables[kind][position]
 
 
-def _pickle_outputs(fgraph, slots: list) -> bytes:
+def _pickle_outputs(fgraph, order: list, slots: list) -> bytes:
+    """`fgraph`'s outputs and its nodes in `order`, in one pickle: unpickled, the
+    order lists the very nodes the outputs are computed by."""
     buffer = io.BytesIO()
     _VariablesAsPositions(buffer, fgraph.inputs, slots).dump(
-        (len(fgraph.inputs), len(slots), list(fgraph.outputs)))
+        (len(fgraph.inputs), len(slots), list(fgraph.outputs), list(order)))
     return buffer.getvalue()
 
 
-def _unpickle_outputs(data: bytes, inputs, slots) -> list:
-    n_inputs, n_slots, outputs = _PositionsAsVariables(io.BytesIO(data), inputs, slots).load()
+def _unpickle_outputs(data: bytes, inputs, slots) -> tuple[list, list]:
+    """The stored outputs, wired to `inputs` and `slots`, and the stored node order."""
+    n_inputs, n_slots, outputs, order = _PositionsAsVariables(
+        io.BytesIO(data), inputs, slots).load()
     if (n_inputs, n_slots) != (len(inputs), len(slots)):
         raise ValueError(f"stored graph has {n_inputs} inputs and {n_slots} data slots, "
                          f"this one {len(inputs)} and {len(slots)}")
-    return outputs
+    return outputs, order
 
 
 def _replace_outputs(fgraph, outputs) -> None:
