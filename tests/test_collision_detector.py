@@ -278,3 +278,34 @@ def test_an_op_kernel_loaded_for_a_graph_kernel_is_verified_too():
     # Two: the op kernel, and the graph kernel, whose stored code called log's kernel.
     assert verified["stats"]["collision"] == 2 and verified["stats"]["graph.hit"] == 1
     assert any(exp_op.key[:12] in message for message in verified["warnings"])
+
+
+RANDOM_DRAWS = """
+import json, warnings
+import numpy as np, pytensor, pytensor.tensor as pt
+import numba_cache
+from numba_cache import settings
+settings.configure(verify_hits={verify})
+rng = pytensor.shared(np.random.default_rng(123), name="rng")
+mu = pt.vector("mu")
+next_rng, draws = pt.random.normal(mu, 1.0, rng=rng).owner.outputs
+function = pytensor.function([mu], draws, updates={{rng: next_rng}}, mode="NUMBA_CACHE")
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    values = [function(np.arange(3.0)).tolist() for _ in range(2)]
+print(json.dumps({{"values": values, "stats": dict(numba_cache.session_stats()),
+                  "warnings": [str(w.message) for w in caught]}}))
+"""
+
+
+def test_random_draws_verify_clean_in_another_process():
+    """A random variable's kernel embeds its empty core shape, whose stride PyTensor
+    leaves at 0 and an unpickled (restored) copy has at 8: embedded, both must give
+    the same code, or every verified hit of a random graph is a false collision."""
+    cold = run_python(RANDOM_DRAWS.format(verify=0))
+    verified = run_python(RANDOM_DRAWS.format(verify=1))
+    assert verified["values"] == cold["values"]
+    stats = verified["stats"]
+    assert stats.get("rewrite.hit") == 1 and stats.get("graph.hit") == 1, stats
+    assert stats.get("collision", 0) == 0, verified["warnings"]
+    assert stats["verify.same"] == 2, stats

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytensor.tensor as pt
+import pytest
 from helpers import run_python, without_op_loads
 from pytensor.graph.fg import FunctionGraph
 
 from numba_cache.keys import current_fingerprint
+from numba_cache.keys.constants import embedded_value
 from numba_cache.keys.graph import describe_graph
 from numba_cache.keys.kernels import graph_kernel_key
 
@@ -92,3 +96,22 @@ def test_hidden_arguments_follow_the_graph_structure_not_creation_order():
     swapped = run_python(SWAPPED, {"ORDER": "21"})
     assert cold["equal"] and swapped["equal"]
     assert swapped["stats"]["graph.hit"] == 1
+
+
+@pytest.mark.parametrize("array", [
+    np.broadcast_to(np.zeros(1, dtype=np.int64), (0,)),  # PyTensor's empty core shape: stride 0
+    np.arange(3.0)[:, None][:, :, None][:, 0],  # a (3, 1) view whose unit axis has stride 0
+], ids=["empty", "unit-axis"])
+def test_an_embedded_array_has_the_strides_of_its_unpickled_copy(array):
+    restored = pickle.loads(pickle.dumps(array))
+    assert array.strides != restored.strides  # the difference numba would write into code
+    embedded = embedded_value(array)
+    assert embedded.strides == embedded_value(restored).strides == restored.strides
+    assert np.array_equal(embedded, array) and embedded.dtype == array.dtype
+
+
+def test_an_array_embedded_as_it_is_is_not_copied():
+    array = np.arange(6.0).reshape(2, 3)
+    assert embedded_value(array) is array
+    transposed = array.T  # not C-contiguous: numba types it by its own layout
+    assert embedded_value(transposed) is transposed

@@ -36,6 +36,25 @@ def hidden_value(constant) -> np.ndarray:
     return np.ascontiguousarray(constant.data)
 
 
+def embedded_value(data):
+    """`data` as a kernel embeds it: an array with the strides of its C-ordered copy.
+
+    numba writes an embedded array's strides into the code, and keys describe a
+    constant by its values: a C-contiguous array may have any stride along a
+    dimension of length 1 or of an empty array (PyTensor's empty core shapes have
+    stride 0, their unpickled copies 8), which moves no element but would make the
+    same key compile to other code.
+    """
+    if not (isinstance(data, np.ndarray) and data.flags.c_contiguous):
+        return data
+    strides = tuple(data.itemsize * int(np.prod(data.shape[axis + 1:], dtype=np.int64))
+                    for axis in range(data.ndim))
+    if data.strides == strides:
+        return data
+    return np.lib.stride_tricks.as_strided(data, strides=strides,
+                                           writeable=data.flags.writeable)
+
+
 def hidden_constants(fgraph) -> list:
     """The hidden constants of `fgraph`, in the canonical order of kernel parameters.
 

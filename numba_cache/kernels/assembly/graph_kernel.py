@@ -35,7 +35,7 @@ from numba_cache.kernels.assembly.glue import GlueCompiler
 from numba_cache.kernels.assembly.graph_body import graph_body
 from numba_cache.kernels.helpers.linked_build import LinkedBuild
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable, unkeyed
-from numba_cache.keys.constants import hidden_constants, hidden_value
+from numba_cache.keys.constants import embedded_value, hidden_constants, hidden_value
 from numba_cache.keys.graph import graph_summary
 from numba_cache.keys.kernels import (
     BY_SYMBOL,
@@ -86,7 +86,8 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
 
         namespace = function.__globals__
         for global_name, constant in generated.constants.items():
-            namespace[global_name] = numba_typify(constant.data, variable=constant)
+            namespace[global_name] = embedded_value(
+                numba_typify(constant.data, variable=constant))
         uncacheable_ops = []
         ofg_memo: dict = {}
         converted: dict = {}
