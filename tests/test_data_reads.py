@@ -23,9 +23,11 @@ N = 40  # above HIDDEN_MIN_SIZE: passed to the kernel, described by shape in the
 
 def compile_and_run(build, data, x_value, before=None):
     """Outputs of ``build(x, data)`` in our mode and in NUMBA, and what the rewrite cache did;
-    ``before(x, constant)`` runs first on the same data constant, if given."""
+    ``before(x, constant)`` runs first on the same data constant, if given. A tuple of
+    arrays is given as a tuple of data constants."""
     x = pt.vector("x", shape=(None,))
-    constant = pt.as_tensor(data)
+    constant = (tuple(map(pt.as_tensor, data)) if isinstance(data, tuple)
+                else pt.as_tensor(data))
     if before is not None:
         before(x, constant)
     outputs = build(x, constant)
@@ -33,7 +35,7 @@ def compile_and_run(build, data, x_value, before=None):
     ours = pytensor.function([x], outputs, mode="NUMBA_CACHE")(x_value)
     stats = numba_cache.session_stats()
     reference = pytensor.function([x], outputs, mode="NUMBA")(x_value)
-    assert np.array_equal(ours, reference)
+    assert np.array_equal(ours, reference, equal_nan=True)
     return stats["rewrite.hit"] == 1
 
 
@@ -196,6 +198,45 @@ def test_pytensor_still_folds_with_its_node_in_a_local_named_node():
     code = getattr(function, "__wrapped__", function)
     code = getattr(code, "transform", code)
     assert "node" in inspect.signature(code).parameters or "node" in code.__code__.co_varnames
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int64"])
+def test_a_constant_rewriting_makes_equal_to_the_data_keeps_its_own_values(dtype):
+    """``arange`` is folded into a constant equal to the first data, and merged with
+    it: its values are its own, not a slot the next data fills."""
+    def plus_arange(x, data):
+        return x[:N] * data + pt.arange(N, dtype=dtype)
+
+    first = np.arange(N, dtype=dtype)
+    compile_and_run(plus_arange, first, X)
+    compile_and_run(plus_arange, np.random.default_rng(1).permutation(first), X)
+
+
+def test_data_equal_where_the_first_was_not_is_rewritten_as_equal_data():
+    """Equal data constants merge and ``f(a) - f(a)`` is rewritten to 0 (not nan for
+    infinite values): a rewrite of unequal data is not reused for equal data, and is
+    for other unequal data."""
+    def difference(x, data):
+        first, second = data
+        return pt.sin(x[:N] * first) - pt.sin(x[:N] * second)
+
+    infinite = np.where(np.arange(N) % 2, np.inf, 1.0)
+    assert not compile_and_run(difference, (infinite, infinite + 1.0), X)
+    assert not compile_and_run(difference, (infinite, infinite.copy()), X)
+    assert compile_and_run(difference, (infinite + 2.0, infinite + 3.0), X)  # unequal again
+
+
+@pytest.mark.parametrize("build", [
+    lambda x, data: x[:N] * pt.log(data),
+    lambda x, data: x[:N - 1] * data[1:],
+], ids=["log", "slice"])
+def test_folds_of_data_with_missing_values_are_folded_again_from_new_data(build):
+    """A fold of data holding nan (log of a negative value, or a nan in the data) is
+    that data's, refolded for the next: not the first data's values frozen."""
+    first = np.linspace(-1.0, 3.0, N)
+    first[N // 2] = np.nan
+    assert not compile_and_run(build, first, X)
+    assert compile_and_run(build, np.linspace(0.5, 3.0, N), X)
 
 
 PYMC_NEGATIVE_BINOMIAL = """

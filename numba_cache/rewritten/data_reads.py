@@ -150,12 +150,16 @@ class DataReads:
         return found
 
     def _find_origin(self, constant):
-        for position, original in enumerate(self.originals):
-            if original is constant:
-                return Origin(position)
         data = _raw(constant)
+        for position, original in enumerate(self.originals):
+            if original is constant or _same_buffer(_raw(original), data):
+                return Origin(position)
+        # Equal values alone are not the data: a constant rewriting made (a folded
+        # ``eye`` or ``arange``) may equal this data, and holds its own values for any other.
         matches = {origin if values.dtype == data.dtype else origin.then(("cast", data.dtype.str))
-                   for origin, values in self._known if _is_lossless_cast(values, data)}
+                   for origin, values in self._known
+                   if (origin.steps or values.dtype != data.dtype)
+                   and _is_lossless_cast(values, data)}
         if len(matches) > 1 and not self._one_selection(matches):
             return AmbiguousOrigin(f"a constant equal to data {sorted(m.position for m in matches)}")
         return min(matches, key=lambda m: len(m.steps)) if matches else None
@@ -259,10 +263,15 @@ class DataReads:
         recipe = []
         for constant in hidden_constants(rewritten):
             try:
-                recipe.append(self.origin(constant))
+                origin = self.origin(constant)
             except AmbiguousOrigin as exc:
                 self.bound_by.append(f"the rewritten graph holds {exc}")
-                recipe.append(None)
+                origin = None
+            else:
+                if origin is None:  # fail closed: derived from data in a way not followed?
+                    self.bound_by.append("the rewritten graph holds a data-sized constant "
+                                         "not known to be data")
+            recipe.append(origin)
         for op, constant in _inner_graph_constants(rewritten):
             try:
                 inner = _is_data_sized(constant) and self.origin(constant) is not None
@@ -271,6 +280,22 @@ class DataReads:
             if inner:  # frozen into an inner graph, not a slot the kernel is given
                 self.bound_by.append(f"data inside the inner graph of {op}")
         return recipe
+
+    def equal_origins(self, recipe: list) -> dict:
+        """Which of the data's values are equal, as PyTensor's merging of constants sees it.
+
+        Rewriting merges equal constants and then simplifies (``f(a) - f(a)`` is 0,
+        where ``inf - inf`` is nan): data whose values are equal where the first
+        data's were not, or the other way round, is not rewritten the same way.
+        ``{"origins": [[position, steps]...], "equal": [[i, j]...]}`` over the data, its
+        folds and the origins of `recipe` and of the questions.
+        """
+        origins = {origin for origin, _ in self._known}
+        origins |= {origin for origin in recipe if origin is not None}
+        origins |= {origin for origin, _ in self.answers}
+        listed = sorted([origin.position, origin.steps] for origin in origins)
+        return {"origins": listed,
+                "equal": equal_pairs(self.originals, listed, self.folds)}
 
     def questions(self) -> list:
         """The recorded questions in a canonical order: ``[position, steps, reader]``."""
@@ -295,6 +320,21 @@ def answers_for(originals: list, questions: list, folds: list) -> list | None:
     return answers
 
 
+def equal_pairs(originals: list, origins: list, folds: list) -> list | None:
+    """``[i, j]`` for each pair of `origins` whose values, derived from the data of
+    `originals`, PyTensor's merging takes as equal; None if one cannot be derived."""
+    from pytensor.tensor import constant
+
+    signatures = []
+    for position, steps in origins:
+        data = derive(_raw(originals[position]), tuple(map(tuple, steps)), folds)
+        if data is None:
+            return None
+        signatures.append(constant(data).signature())
+    return [[i, j] for i in range(len(signatures)) for j in range(i + 1, len(signatures))
+            if signatures[i] == signatures[j]]
+
+
 def _layout_ops() -> tuple:
     from pytensor.tensor.elemwise import DimShuffle
     from pytensor.tensor.shape import Reshape, SpecifyShape
@@ -311,7 +351,7 @@ def _lossless_cast(data: np.ndarray, dtype) -> np.ndarray | None:
     # trip finds: numpy's warning about them would fail a compile run with warnings as errors.
     with np.errstate(invalid="ignore", over="ignore"):
         cast = data.astype(dtype)
-        return cast if np.array_equal(cast.astype(data.dtype), data) else None
+        return cast if _equal_values(cast.astype(data.dtype), data) else None
 
 
 def _is_lossless_cast(source: np.ndarray, data) -> bool:
@@ -319,7 +359,19 @@ def _is_lossless_cast(source: np.ndarray, data) -> bool:
     if not isinstance(data, np.ndarray) or source.shape != data.shape:
         return False
     cast = _lossless_cast(source, data.dtype)
-    return cast is not None and np.array_equal(cast, data)
+    return cast is not None and _equal_values(cast, data)
+
+
+def _equal_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal element by element, nan equal to nan (data with missing values is data too)."""
+    return np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc")
+
+
+def _same_buffer(a: np.ndarray, b) -> bool:
+    """Whether `b` is `a` or a view of the very same elements of it."""
+    return b is a or (isinstance(b, np.ndarray) and a.dtype == b.dtype and a.shape == b.shape
+                      and a.strides == b.strides
+                      and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 def _inner_graph_constants(fgraph):
@@ -352,7 +404,7 @@ def _is_data_sized(variable) -> bool:
 def _same_constant(a, b) -> bool:
     if a is None or b is None:
         return a is b
-    return a.type == b.type and np.array_equal(_raw(a), _raw(b))
+    return a.type == b.type and _raw(a).shape == _raw(b).shape and _equal_values(_raw(a), _raw(b))
 
 
 def _raw(constant):

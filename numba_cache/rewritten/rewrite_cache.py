@@ -39,7 +39,7 @@ from numba_cache.kernels.outcomes import report
 from numba_cache.kernels.outcomes.uncacheable import unkeyed
 from numba_cache.keys.canonical import digest
 from numba_cache.keys.constants import hidden_constants
-from numba_cache.rewritten.data_reads import DataReads, answers_for, derive, watch
+from numba_cache.rewritten.data_reads import DataReads, answers_for, derive, equal_pairs, watch
 from numba_cache.keys.kernels import graph_kernel_key, op_calls_setting
 from numba_cache.keys.key import Key
 from numba_cache.keys.order import execution_order, restored_order
@@ -59,13 +59,15 @@ class KnownGraphKernel(NamedTuple):
 
     key: Key
     generated: GraphSource
+    order: list
 
 
 def known_graph_kernel(fgraph, graph_key, order: list | None = None) -> KnownGraphKernel:
     """`fgraph`'s kernel source under `graph_key`, in its execution `order` (computed if None)."""
     order = execution_order(fgraph) if order is None else order
     name = graph_kernel_name(graph_key)
-    return KnownGraphKernel(graph_key, graph_source(fgraph, name, hidden_constants(fgraph), order))
+    return KnownGraphKernel(graph_key, graph_source(fgraph, name, hidden_constants(fgraph), order),
+                            order)
 
 
 class CachedRewriteFunctionMaker(FunctionMaker):
@@ -202,8 +204,11 @@ class RewriteLookup:
             return self._discard(self.data_key, exc)
         try:
             answers = answers_for(self.originals, data["questions"], data["folds"])
+            equalities = data["equalities"]
             slots = (_slot_constants(data["slots"], self.originals, data["folds"])
-                     if answers == data["answers"] else None)
+                     if answers == data["answers"] and equal_pairs(
+                         self.originals, equalities["origins"], data["folds"])
+                     == equalities["equal"] else None)
         except Exception as exc:  # this data does not fit the stored graph: rewrite it
             report.logger.debug("rewrite %s: data does not fit (%r)", self.data_key.short, exc)
             return False
@@ -298,6 +303,7 @@ class RewriteLookup:
                     "answers": reads.answer_list(),
                     "folds": reads.folds,
                     "slots": [_describe_slot(constant, origin) for constant, origin in slotted],
+                    "equalities": reads.equal_origins(recipe),
                 })
         except Exception as exc:  # not storing a rewrite never fails the compile
             report.logger.debug("rewritten graph not stored: %r", exc)

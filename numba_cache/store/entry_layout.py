@@ -220,7 +220,8 @@ def graph_key_fields(entry) -> dict:
 
 
 def encode_rewrite_data(fields: dict) -> bytes:
-    """What a rewrite asked of its data (``questions``, ``answers``, ``folds``, ``slots``),
+    """What a rewrite asked of its data (``questions``, ``answers``, ``folds``, ``slots``,
+    ``equalities``),
     pickled: the slots hold PyTensor types."""
     return pickle.dumps(fields)
 

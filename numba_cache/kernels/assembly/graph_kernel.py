@@ -56,20 +56,22 @@ class GraphKernel(NamedTuple):
     hidden_values: list
 
 
-def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -> GraphKernel:
+def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
+                 order: list | None = None) -> GraphKernel:
     """The kernel evaluating `fgraph`, loaded from the store when possible.
 
     `known` is the graph's :class:`numba_cache.rewritten.rewrite_cache.KnownGraphKernel`
-    when the rewrite cache already computed its key and generated its source.
+    when the rewrite cache already computed its key and generated its source. The
+    nodes run in `order` (:func:`.order.execution_order` if None), or `known`'s.
     """
     from pytensor import config
 
     verdict = None
     op_calls = op_calls_setting(context.settings)
     if known is not None and known.key.components.get("op_calls") == op_calls:
-        key, generated = known.key, known.generated
+        key, generated, order = known.key, known.generated, known.order
     else:
-        order = execution_order(fgraph)
+        order = execution_order(fgraph) if order is None else order
         try:
             key = graph_kernel_key(fgraph, context.fingerprint, order, op_calls)
         except Exception as exc:  # keying never fails a compile: the kernel is not persisted
@@ -132,7 +134,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None) -
 
     linked = None
     if context.settings.link_in_background and op_calls == BY_SYMBOL and verdict is None:
-        linked = LinkedBuild(context, fgraph, key)
+        linked = LinkedBuild(context, fgraph, order, key)
     cache = GraphKernelCache(context, key, generated.source, prepare=prepare, verdict=verdict,
                              op_calls=called_by_symbol, function_name=name, linked=linked)
     dispatcher = cached_dispatcher(

@@ -40,11 +40,13 @@ from numba_cache.keys.kernels import linked_key
 #: The helper's program: the import path, then :func:`.linking_helper.main` on its input.
 
 class LinkedBuild:
-    """The way from a by-symbol graph kernel (`key`, of `fgraph`) to its linked build."""
+    """The way from a by-symbol graph kernel (`key`, of `fgraph` run in `order`) to its
+    linked build."""
 
-    def __init__(self, context, fgraph, key):
+    def __init__(self, context, fgraph, order: list, key):
         self._context = context
         self._fgraph = fgraph
+        self._order = order
         self.key = linked_key(key)
 
     def request(self, signature) -> None:
@@ -61,7 +63,7 @@ class LinkedBuild:
         if not context.store.claim_linking(fingerprint, digest, context.settings.lock_timeout):
             return
         try:
-            path = _job_file(context, self._fgraph, signature, digest)
+            path = _job_file(context, self._fgraph, self._order, signature, digest)
             _send(path)
         except Exception as exc:  # the linked build only saves call time: never fail a compile
             context.store.release_linking(fingerprint, digest, f"not sent to the helper: {exc!r}")
@@ -71,8 +73,10 @@ class LinkedBuild:
         report.record(context, "linking:requested")
 
 
-def _job_file(context, fgraph, signature, digest: str) -> str:
-    """A file holding the job for the helper: the graph, the signature, what to check."""
+def _job_file(context, fgraph, order: list, signature, digest: str) -> str:
+    """A file holding the job for the helper: the graph, its node order (its source's,
+    which the helper's own graph of these nodes need not toposort to), the signature,
+    what to check."""
     import cloudpickle
 
     from numba_cache.kernels.context import helper_state
@@ -83,6 +87,7 @@ def _job_file(context, fgraph, signature, digest: str) -> str:
         "key": digest,
         "inputs": fgraph.inputs,
         "outputs": fgraph.outputs,
+        "order": order,
         "signature": signature,
     })
     handle, path = tempfile.mkstemp(prefix="nbcache-link-", suffix=".job")

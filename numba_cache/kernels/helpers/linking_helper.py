@@ -66,13 +66,14 @@ def _build(context, job: dict) -> str | None:
 
     from numba_cache._compat import numba_internals
     from numba_cache.kernels.assembly.graph_kernel import graph_kernel
+    from numba_cache.keys.order import restored_order
 
     if not context.enabled:
         return "the cache is off in the helper"
     if context.fingerprint.digest != job["fingerprint"]:
         return "the helper's environment fingerprint differs from its process's"
     fgraph = FunctionGraph(job["inputs"], job["outputs"], clone=False)
-    kernel = graph_kernel(fgraph, context)
+    kernel = graph_kernel(fgraph, context, order=restored_order(fgraph, job["order"]))
     cache = numba_internals.dispatcher_cache(kernel.dispatcher)
     if cache.key.digest != job["key"]:
         return "the graph has another key in the helper"
