@@ -267,6 +267,35 @@ def test_an_entry_over_the_size_limit_stays_local(remote, tmp_path):
     assert len(remote_names(remote)) == published
 
 
+def test_a_reader_with_a_smaller_size_limit_loads_entries_and_leaves_them(remote, published,
+                                                                          tmp_path):
+    """``NBCACHE_REMOTE_MAX_SIZE`` bounds what a machine sends. A reader with a smaller
+    one (or the same one, which bounds the envelope, not what it inflates to) loads the
+    others' entries, and never deletes them as damaged."""
+    names = seed(remote, published)
+    reader = machine(tmp_path / "store", GRAPHS, NBCACHE_REMOTE_MAX_SIZE="1K")
+    assert reader["compiled"] == []
+    assert reader["remote"]["hit"] > 0 and "damaged" not in reader["remote"], reader["remote"]
+    assert remote_names(remote) == set(names)
+
+
+def test_a_foreign_value_under_the_prefix_is_not_an_entry(remote, published, tmp_path):
+    """A key of another kind under the prefix is left out of listings; a value of another
+    kind at an entry's name is a damaged entry: compiled again, and replaced."""
+    names = seed(remote, published)
+    remote["client"].set(f"{remote['prefix']}:notes:x", "hello")
+    taken = names[0]
+    remote["client"].delete(taken)
+    remote["client"].set(taken, "not a hash")
+    report = machine(tmp_path / "store", GRAPHS)
+    assert report["remote"].get("damaged") == 1 and "error" not in report["remote"], \
+        report["remote"]
+    assert remote["client"].type(taken) == b"hash", "the damaged entry was not replaced"
+    stats = run_cli("stats", "--remote", "--json", env={"NBCACHE_DIR": str(tmp_path / "store")})
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout)["entries"] == len(names)
+
+
 def test_command_line_stats_list_and_clear_the_remote_tier(remote, published, tmp_path):
     names = seed(remote, published)
     machine(tmp_path / "store", GRAPHS)
@@ -347,25 +376,25 @@ FINGERPRINT, KEY, OTHER_KEY = "a" * 64, "b" * 64, "c" * 64
 
 def test_an_envelope_opens_only_intact_with_its_secret_at_its_address():
     sealed = envelope.seal(FINGERPRINT, KEY, b"record", b"source", SECRET.encode())
-    assert envelope.open_envelope(sealed, FINGERPRINT, KEY, SECRET.encode(), 1024) == (
+    assert envelope.open_envelope(sealed, FINGERPRINT, KEY, SECRET.encode()) == (
         b"record", b"source")
     with pytest.raises(envelope.BadSignature):
-        envelope.open_envelope(sealed, FINGERPRINT, KEY, OTHER_SECRET.encode(), 1024)
+        envelope.open_envelope(sealed, FINGERPRINT, KEY, OTHER_SECRET.encode())
     with pytest.raises(envelope.BadSignature):
-        envelope.open_envelope(sealed, FINGERPRINT, OTHER_KEY, SECRET.encode(), 1024)
+        envelope.open_envelope(sealed, FINGERPRINT, OTHER_KEY, SECRET.encode())
     flipped = bytearray(sealed)
     flipped[-1] ^= 1
     with pytest.raises(envelope.DamagedEnvelope):
-        envelope.open_envelope(bytes(flipped), FINGERPRINT, KEY, SECRET.encode(), 1024)
+        envelope.open_envelope(bytes(flipped), FINGERPRINT, KEY, SECRET.encode())
     with pytest.raises(envelope.DamagedEnvelope):
-        envelope.open_envelope(sealed[:-3], FINGERPRINT, KEY, SECRET.encode(), 1024)
+        envelope.open_envelope(sealed[:-3], FINGERPRINT, KEY, SECRET.encode())
 
 
 def test_an_envelope_that_would_inflate_past_the_limit_is_refused():
     bomb = envelope.seal(FINGERPRINT, KEY, bytes(10**6), b"", SECRET.encode())
-    assert len(bomb) < 2000
-    with pytest.raises(envelope.DamagedEnvelope, match="inflates past"):
-        envelope.open_envelope(bomb, FINGERPRINT, KEY, SECRET.encode(), 10**5)
+    assert len(bomb) * envelope.INFLATION_LIMIT < 10**6
+    with pytest.raises(envelope.TooLarge, match="inflates past"):
+        envelope.open_envelope(bomb, FINGERPRINT, KEY, SECRET.encode())
 
 
 @pytest.mark.parametrize("variable, value, message", [

@@ -149,7 +149,7 @@ def test_damaged_truncated_and_foreign_objects_are_never_loaded(bucket, publishe
             changed[name] = body[: len(body) // 2]
         else:  # intact, but signed by another team (or a forger)
             fingerprint, key = address(name)
-            opened = envelope.open_envelope(body, fingerprint, key, SECRET.encode(), 2**30)
+            opened = envelope.open_envelope(body, fingerprint, key, SECRET.encode())
             changed[name] = envelope.seal(fingerprint, key, *opened, OTHER_SECRET.encode())
     write(moto, path, changed)
     foreign = names[2::3]
@@ -167,7 +167,7 @@ def test_damaged_truncated_and_foreign_objects_are_never_loaded(bucket, publishe
         if name in foreign:
             assert after[name] == changed[name]
         else:
-            envelope.open_envelope(after[name], *address(name), SECRET.encode(), 2**30)
+            envelope.open_envelope(after[name], *address(name), SECRET.encode())
 
 
 def test_a_readonly_machine_reads_but_never_writes(bucket, published, tmp_path):
@@ -207,7 +207,7 @@ def test_concurrent_publishers_of_one_key_leave_one_intact_entry(bucket):
     assert list(found) == [f"{NAMESPACE}/{fingerprint}/{key}"]
     [body] = found.values()
     assert body in sealed
-    assert envelope.open_envelope(body, fingerprint, key, SECRET.encode(), 2**20)[0] \
+    assert envelope.open_envelope(body, fingerprint, key, SECRET.encode())[0] \
         .startswith(b"record ")
     # The first stays: a later publisher never replaces it.
     backend = open_tier(settings.current(), lambda *counted: None).backend

@@ -40,6 +40,16 @@ class BadSignature(Exception):
     """The envelope is intact but not signed with our secret, or not for this address."""
 
 
+class TooLarge(Exception):
+    """The envelope is intact and ours, but its payload inflates past the limit given."""
+
+
+#: How many times its envelope's size a payload may inflate to: records of object code and
+#: pickles shrink to a third or so, text of one repeated line a few hundred times; zlib's
+#: limit is about a thousand, which only a stream made to inflate (a bomb) comes near.
+INFLATION_LIMIT = 512
+
+
 def seal(fingerprint: str, key: str, record: bytes, source: bytes, secret: bytes) -> bytes:
     """The envelope of `record` (and its readable `source`) at (`fingerprint`, `key`)."""
     payload = zlib.compress(_LENGTH.pack(len(record)) + record + source, COMPRESSION_LEVEL)
@@ -48,12 +58,15 @@ def seal(fingerprint: str, key: str, record: bytes, source: bytes, secret: bytes
 
 
 def open_envelope(
-    envelope: bytes, fingerprint: str, key: str, secret: bytes, max_size: int
+    envelope: bytes, fingerprint: str, key: str, secret: bytes
 ) -> tuple[bytes, bytes]:
     """``(record, source)`` from a verified envelope of (`fingerprint`, `key`).
 
-    Raises :class:`DamagedEnvelope` for damage (or a payload that would inflate past
-    `max_size` bytes), :class:`BadSignature` when the HMAC does not match.
+    Raises :class:`DamagedEnvelope` for damage, :class:`BadSignature` when the HMAC
+    does not match, :class:`TooLarge` for a payload that would inflate past
+    :data:`INFLATION_LIMIT` times the envelope's size. A limit of the reader's own
+    ``remote_max_size`` would refuse what a writer with the same setting may send,
+    since that bounds the envelope, not what it inflates to.
     """
     if len(envelope) < _HEADER_SIZE or not envelope.startswith(MAGIC):
         raise DamagedEnvelope("not a numba_cache envelope (bad magic or too short)")
@@ -64,13 +77,16 @@ def open_envelope(
         raise DamagedEnvelope("the payload fails its checksum")
     if not hmac.compare_digest(signature, _sign(secret, fingerprint, key, payload)):
         raise BadSignature("the signature does not match this server's shared secret")
+    limit = INFLATION_LIMIT * len(envelope)
     inflater = zlib.decompressobj()
     try:
-        data = inflater.decompress(payload, max_size + _LENGTH.size)
+        data = inflater.decompress(payload, limit + _LENGTH.size)
     except zlib.error as error:
         raise DamagedEnvelope(f"the payload does not decompress: {error}") from None
-    if inflater.unconsumed_tail or not inflater.eof:
-        raise DamagedEnvelope(f"the payload is truncated or inflates past {max_size} bytes")
+    if inflater.unconsumed_tail:
+        raise TooLarge(f"the payload inflates past {limit} bytes")
+    if not inflater.eof:
+        raise DamagedEnvelope("the payload is truncated")
     if len(data) < _LENGTH.size:
         raise DamagedEnvelope("the payload is too short")
     (record_size,) = _LENGTH.unpack_from(data)

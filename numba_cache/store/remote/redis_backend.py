@@ -89,13 +89,18 @@ class RedisBackend:
 
     @_typed_failures
     def get(self, fingerprint: str, key: str) -> bytes | None:
+        """The envelope at the entry's name; ``b""`` (not an envelope: damaged) when
+        something other than an entry's hash is stored there."""
         name = self.name(fingerprint, key)
-        if self.readonly or not self.ttl:
-            return self.client.hget(name, ENVELOPE_FIELD)
         pipeline = self.client.pipeline(transaction=False)
         pipeline.hget(name, ENVELOPE_FIELD)
-        pipeline.expire(name, self.ttl)
-        envelope, _ = pipeline.execute()
+        if not (self.readonly or not self.ttl):
+            pipeline.expire(name, self.ttl)
+        envelope, *_ = pipeline.execute(raise_on_error=False)
+        if _wrong_type(envelope):
+            return b""
+        if isinstance(envelope, Exception):
+            raise envelope
         return envelope
 
     @_typed_failures
@@ -121,19 +126,32 @@ class RedisBackend:
     def _list(self, fingerprint: str | None) -> Iterator[tuple[str, str, int, float]]:
         # Prefixes are letters, digits and ._/- (see settings): no glob characters to escape.
         pattern = f"{self.prefix}:{fingerprint or '*'}:*"
-        names = [name.decode() for name in self.client.scan_iter(match=pattern, count=SCAN_BATCH)]
-        for start in range(0, len(names), SCAN_BATCH):
-            batch = names[start : start + SCAN_BATCH]
+        addresses = []
+        for name in self.client.scan_iter(match=pattern, count=SCAN_BATCH):
+            fingerprint_, _, key = name.decode()[len(self.prefix) + 1 :].partition(":")
+            if is_sha256_hex(fingerprint_) and is_sha256_hex(key):  # else not ours
+                addresses.append((fingerprint_, key))
+        for start in range(0, len(addresses), SCAN_BATCH):
+            batch = addresses[start : start + SCAN_BATCH]
             pipeline = self.client.pipeline(transaction=False)
-            for name in batch:
-                pipeline.hstrlen(name, ENVELOPE_FIELD)
-                pipeline.hget(name, WRITTEN_FIELD)
-            answers = pipeline.execute()
-            for name, size, written in zip(batch, answers[::2], answers[1::2], strict=True):
-                fingerprint_, _, key = name[len(self.prefix) + 1 :].partition(":")
-                if not (is_sha256_hex(fingerprint_) and is_sha256_hex(key)) or not size:
-                    continue  # not ours, or expired between SCAN and now
-                yield fingerprint_, key, size, _seconds(written)
+            for fingerprint_, key in batch:
+                pipeline.hstrlen(self.name(fingerprint_, key), ENVELOPE_FIELD)
+                pipeline.hget(self.name(fingerprint_, key), WRITTEN_FIELD)
+            answers = pipeline.execute(raise_on_error=False)
+            for (fingerprint_, key), size, written in zip(batch, answers[::2], answers[1::2],
+                                                          strict=True):
+                if _wrong_type(size):
+                    continue  # a value of another kind at an entry's name: not an entry
+                if isinstance(size, Exception):
+                    raise size
+                if size:  # else expired between SCAN and now
+                    yield fingerprint_, key, size, _seconds(written)
+
+
+def _wrong_type(answer) -> bool:
+    """Whether `answer` is the server's refusal of a hash command on a value of another kind."""
+    return (isinstance(answer, redis.exceptions.ResponseError)
+            and str(answer).startswith("WRONGTYPE"))
 
 
 def _seconds(written: bytes | None) -> float:

@@ -219,12 +219,12 @@ class RemoteTier:
             return None
         self._count(fingerprint, "remote:bytes_in", len(sealed))
         try:
-            data, source = envelope.open_envelope(
-                sealed, fingerprint, key, self._secret, self.max_size
-            )
+            data, source = envelope.open_envelope(sealed, fingerprint, key, self._secret)
             decoded = decode(data)
         except envelope.BadSignature as problem:
             self._reject(fingerprint, key, problem)
+        except envelope.TooLarge:  # not damage: left for the readers it fits
+            self._count_once(fingerprint, key, "remote:too_large")
         except Exception as problem:  # a damaged envelope, or CorruptEntry
             self._discard_damaged(fingerprint, key, problem)
         else:
@@ -281,9 +281,8 @@ class RemoteTier:
                 continue
             stored, version = found
             try:
-                theirs, _ = envelope.open_envelope(stored, fingerprint, key, self._secret,
-                                                   self.max_size)
-            except envelope.BadSignature:
+                theirs, _ = envelope.open_envelope(stored, fingerprint, key, self._secret)
+            except (envelope.BadSignature, envelope.TooLarge):
                 return None
             except Exception:  # damaged: ours replaces it
                 merged = record
