@@ -376,6 +376,12 @@ def current() -> Settings:
     return Settings(**values, sources=sources)
 
 
+def defaults() -> Settings:
+    """Every setting at its default, whatever Python or the environment says."""
+    return Settings(**{setting.name: setting.default_value() for setting in SETTINGS},
+                    sources={setting.name: "default" for setting in SETTINGS})
+
+
 def override(settings: Settings, **changes) -> Settings:
     """A copy of `settings` with some values changed (used by tests and the CLI)."""
     return replace(settings, **changes)

@@ -99,3 +99,20 @@ def test_the_caches_own_warnings_fail_no_compile_under_warnings_as_errors(
     if trouble == "damaged entries":  # removed by the process that met them
         again = run_python(UNDER_WARNINGS_AS_ERRORS, env)
         assert "unreadable" not in again["stderr"] and again["value"] == result["value"]
+
+
+@pytest.mark.parametrize("variable, value", [
+    ("NBCACHE_MAX_SIZE", "abc"),
+    ("NBCACHE_TARGET", "bogus"),
+    ("NBCACHE_REMOTE_TTL", "abc"),
+])
+def test_a_setting_that_cannot_be_read_turns_the_cache_off_with_one_warning(
+        variable, value, private_store):
+    """A typo in a variable does not fail the compile (``NUMBA`` compiles the graph): the
+    warning names the variable and what it needs, and nothing is cached meanwhile. The
+    command line refuses it with one line (tests/test_cli_input.py)."""
+    result = compile_tiny(env={variable: value})
+    assert result["value"] == (2 * __import__("numpy").exp([0.0, 1.0, 2.0])).tolist()
+    [warning] = result["warnings"]
+    assert warning.startswith(f"numba_cache: {variable}") and "without the cache" in warning
+    assert result["stats"] == {} and not private_store.exists()

@@ -17,6 +17,7 @@ from numba_cache.kernels.runtime import numba_runtime as runtime
 from numba_cache.keys import Fingerprint, current_fingerprint
 from numba_cache.keys.fingerprint import PYTENSOR_FLAGS, numba_settings
 from numba_cache.store import NullStore, Store, StoreWarning
+from numba_cache.store.notices import warn_once
 
 
 @dataclass(frozen=True)
@@ -52,12 +53,26 @@ def current_context() -> CacheContext:
     While test doubles stand in for numba's compiler, the cache is off and nothing
     about it is concluded or remembered (:mod:`.replaced_numba`).
     """
-    settings = settings_module.current()
-    fingerprint = current_fingerprint()
+    try:
+        settings = settings_module.current()
+        fingerprint = current_fingerprint()
+    except settings_module.SettingsError as error:
+        return _context_without_cache(error)
     if replaced_numba.replaced() is not None:
         return CacheContext(settings, NullStore(settings), fingerprint, enabled=False)
     return session.current().contexts.get((settings, fingerprint.digest),
                                           lambda: _context(settings, fingerprint))
+
+
+def _context_without_cache(error: settings_module.SettingsError) -> CacheContext:
+    """A setting cannot be read: say which, once, and compile as ``NUMBA`` does meanwhile
+    (a typo in a variable must not fail the compiles of a program that never asked for it)."""
+    warn_once(("unusable setting", str(error)),
+              f"numba_cache: {error}. Compiling without the cache until it is fixed.")
+    settings = settings_module.override(settings_module.defaults(), disabled=True)
+    fingerprint = Fingerprint.from_components({"unusable_setting": str(error)})
+    return CacheContext(settings, NullStore(settings), fingerprint, enabled=False,
+                        state=compile_state())
 
 
 def compile_state() -> dict:
