@@ -167,9 +167,12 @@ class _StepEmitter:
         self.owned = {name for step in steps for name in step.outputs}
         self.last_use = {name: index for index, step in enumerate(steps) for name in step.inputs}
 
-    def emit(self, builder, indices: range, values: dict, slots: dict) -> None:
+    def emit(self, builder, indices: range, values: dict, slots: dict,
+             made: Callable | None = None) -> None:
         """Emit the steps `indices` with `builder`, reading and adding to `values`
-        (names to LLVM values); the calls share the stack slots in `slots`."""
+        (names to LLVM values; a missing one is emitted where it is read); the calls
+        share the stack slots in `slots`; ``made(builder, name, value)`` is called for
+        each value a step makes, right after it."""
         context = self.context
         for index in indices:
             step, (compiled, by_symbol, unpacked) = self.steps[index], self.calls[index]
@@ -193,6 +196,9 @@ class _StepEmitter:
             else:
                 values.update(zip(step.outputs, (builder.extract_value(result, position)
                                                  for position in range(len(step.outputs)))))
+            if made is not None:
+                for name in step.outputs:
+                    made(builder, name, values[name])
             for name in dict.fromkeys([*step.inputs, *step.outputs]):
                 if (name in self.owned and name not in self.returned
                         and self.last_use.get(name, -1) <= index and context.enable_nrt):
@@ -223,9 +229,10 @@ class _StepEmitter:
         returned to `values`.
 
         The values a part reads from another, or the body returns, pass through a
-        frame: pointers to slots on the caller's stack, each part a function of a
-        pointer to it, with numba's calling convention (an error propagates, as from a
-        call). An embedded constant is made in each part that reads it: through the
+        frame on the caller's stack, each value at an offset of its own (:meth:`_frame`),
+        each part a function of a pointer to it, with numba's calling convention (an
+        error propagates, as from a call). A part stores a value into the frame as soon
+        as it is made, and reads one from it where it is used (:class:`_ReadWhereUsed`). An embedded constant is made in each part that reads it: through the
         frame, its fields would be stored and loaded at every call (on the large
         benchmark model, 6% of a call's time); a lifted constant is read from its
         pack in each part that reads it, the pack passing through the frame.
@@ -250,23 +257,15 @@ class _StepEmitter:
                     for index, step in enumerate(self.steps) for name in step.inputs
                     if made_in.get(name) != part_of[index] and name not in self.embedded}
         crossing |= {name for name in self.returned if name in made_in}
-        slot_of = {name: position for position, name in enumerate(sorted(crossing))}
-        # An array of pointers to the values rather than a struct of them: a struct
-        # type of hundreds of arrays would be spelled out in every access to it.
-        frame = cgutils.alloca_once(builder, ir.ArrayType(cgutils.voidptr_t, len(slot_of)),
-                                    name="frame")
-        for name, position in slot_of.items():
-            value_slot = cgutils.alloca_once(
-                builder, context.get_value_type(self.value_types[name]), name="crossing")
-            builder.store(builder.bitcast(value_slot, cgutils.voidptr_t),
-                          cgutils.gep_inbounds(builder, frame, 0, position))
+        offset_of, frame = self._frame(builder, sorted(crossing))
 
         def address(part_builder, pointer, name):
             value_type = context.get_value_type(self.value_types[name])
-            slot = part_builder.load(cgutils.gep_inbounds(part_builder, pointer, 0, slot_of[name]))
+            slot = part_builder.gep(pointer, [ir.Constant(ir.IntType(32), offset_of[name])],
+                                    inbounds=True)
             return part_builder.bitcast(slot, value_type.as_pointer())
 
-        for name in slot_of:
+        for name in offset_of:
             if name not in made_in:
                 builder.store(values[name], address(builder, frame, name))
         slots: dict = {}
@@ -281,27 +280,25 @@ class _StepEmitter:
             part_builder = ir.IRBuilder(function.append_basic_block("entry"))
             [pointer] = context.call_conv.get_arguments(function)
             pointer = part_builder.bitcast(pointer, frame.type)
-            read = dict.fromkeys(name for index in part for name in self.steps[index].inputs
-                                 if made_in.get(name) != number)
-            packs = {self.lifted[name][0] for name in read if name in self.lifted}
-            part_values = {pack: part_builder.load(address(part_builder, pointer, pack))
-                           for pack in sorted(packs)}
-            for name in read:
+
+            def read(name, part_builder=part_builder, pointer=pointer):
                 if name in self.embedded:
-                    part_values[name] = context.get_constant_generic(
+                    return context.get_constant_generic(
                         part_builder, self.value_types[name], self.embedded[name])
-                elif name in self.lifted:
-                    part_values[name] = self.lifted_value(
-                        part_builder, name, part_values[self.lifted[name][0]])
-                elif name not in part_values:
-                    part_values[name] = part_builder.load(address(part_builder, pointer, name))
-            self.emit(part_builder, part, part_values, {})
-            for name in slot_of:
-                if made_in.get(name) == number:
-                    part_builder.store(part_values[name], address(part_builder, pointer, name))
+                if name in self.lifted:
+                    pack = self.lifted[name][0]
+                    return self.lifted_value(part_builder, name, part_builder.load(
+                        address(part_builder, pointer, pack)))
+                return part_builder.load(address(part_builder, pointer, name))
+
+            def made(step_builder, name, value, pointer=pointer):
+                if name in offset_of:
+                    step_builder.store(value, address(step_builder, pointer, name))
+
+            self.emit(part_builder, part, _ReadWhereUsed(read), {}, made)
             context.call_conv.return_value(part_builder, context.get_dummy_value())
             library.add_ir_module(module)
-            del module, function, part_builder, part_values
+            del module, function, part_builder, read, made
             status, _ = numba_internals.call_reusing_slots(
                 context, builder,
                 cgutils.get_or_insert_function(builder.module, function_type, function_name),
@@ -311,6 +308,50 @@ class _StepEmitter:
                 context.call_conv.return_status_propagate(builder, status)
         values.update((name, builder.load(address(builder, frame, name)))
                       for name in self.returned if name in made_in)
+
+
+    def _frame(self, builder, names: list) -> tuple[dict, object]:
+        """The byte offsets of the values of `names` in a frame on the stack of
+        `builder`'s function, and the frame (an ``i8*``).
+
+        Its slots are not zero-filled, as numba's ``alloca_once`` does: each is written
+        before it is read, and the large benchmark model's 1,200 values passing
+        between parts took 8,000 stores a call to clear."""
+        from llvmlite import ir
+
+        context = self.context
+        offset_of, end, alignment = {}, 0, 1
+        for name in names:
+            value_type = context.get_value_type(self.value_types[name])
+            value_alignment = context.get_abi_alignment(value_type)
+            end = -(-end // value_alignment) * value_alignment
+            offset_of[name] = end
+            end += context.get_abi_sizeof(value_type)
+            alignment = max(alignment, value_alignment)
+        byte = ir.IntType(8)
+        with builder.goto_entry_block():
+            frame = builder.alloca(ir.ArrayType(byte, max(end, 1)), name="frame")
+            frame.align = alignment
+        return offset_of, builder.bitcast(frame, byte.as_pointer())
+
+
+class _ReadWhereUsed(dict):
+    """A part's values: those it makes, and the others (from the frame, embedded or
+    lifted constants) read by ``read(name)`` at each use, where the builder is.
+
+    Read once at the part's entry, hundreds of values would be live across all its
+    calls, each spilled around every call: on the large benchmark model, whose node
+    order (PyTensor's) scatters each value's uses over the parts, the graph
+    kernel's machine code took 8.9 s where reads at each use take 2.5 s (a 3x slower
+    machine than ``benchmarks/RESULTS.md``'s), and a call 137 µs where it takes 113 µs
+    with the frame of :meth:`_StepEmitter._frame`."""
+
+    def __init__(self, read: Callable):
+        super().__init__()
+        self._read = read
+
+    def __missing__(self, name):
+        return self._read(name)
 
 
 def _release(context, builder, value_type, value) -> None:
