@@ -127,6 +127,8 @@ def _parse_remote_url(text: str, what: str) -> str:
         )
     if scheme.lower() in ("redis", "rediss"):
         _check_server_address(url, text, what)
+    elif scheme.lower() == "unix":  # the path is the socket's
+        _check_databases([], urllib.parse.urlsplit(url).query, text, what)
     bucket = rest.split("/", 1)[0]
     if scheme.lower() in OBJECT_SCHEMES and not _BUCKET_RE.fullmatch(bucket):
         named = f"{bucket!r} is not a bucket name" if bucket else "it names no bucket"
@@ -139,12 +141,25 @@ def _parse_remote_url(text: str, what: str) -> str:
 
 def _check_server_address(url: str, text: str, what: str) -> None:
     """A Redis URL's port and bracketed host, read as its client reads them: reading them
-    raises for a port that is no number from 0 to 65535, or an unclosed bracket."""
+    raises for a port that is no number from 0 to 65535, or an unclosed bracket. Its
+    database, the path or a ``db`` query: redis-py takes a path that is no number for
+    database 0, and drops the slashes of one with several (``/1/2`` is database 12)."""
     try:
-        urllib.parse.urlsplit(url).port
+        parts = urllib.parse.urlsplit(url)
+        parts.port
     except ValueError as problem:
         raise SettingsError(f"{what}: {text!r} is not a server address ({problem}); use "
                             "redis://host:port/db, for example redis://cache-host:6379/0") from None
+    _check_databases([urllib.parse.unquote(parts.path).removeprefix("/")] if parts.path else [],
+                     parts.query, text, what)
+
+
+def _check_databases(databases: list, query: str, text: str, what: str) -> None:
+    for database in [*databases, *urllib.parse.parse_qs(query).get("db", [])]:
+        if database and not (database.isascii() and database.isdigit()):
+            raise SettingsError(f"{what}: {text!r}: {database!r} is not a database number; "
+                                "name one by its number, for example redis://cache-host:6379/0 "
+                                "or unix:///path/to/socket?db=0")
 
 
 def _parse_prefix(text: str, what: str) -> str:

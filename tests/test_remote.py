@@ -408,6 +408,11 @@ def test_an_envelope_that_would_inflate_past_the_limit_is_refused():
     ("NBCACHE_REMOTE", "redis://127.0.0.1:99999/0", "not a server address (Port out of range"),
     ("NBCACHE_REMOTE", "redis://cache:port/0", "not a server address (Port could not be cast"),
     ("NBCACHE_REMOTE", "redis://[::1/0", "not a server address (Invalid IPv6 URL)"),
+    # redis-py would take database 0, and database 12 for /1/2
+    ("NBCACHE_REMOTE", "redis://cache:6379/abc", "'abc' is not a database number"),
+    ("NBCACHE_REMOTE", "redis://cache:6379/1/2", "'1/2' is not a database number"),
+    ("NBCACHE_REMOTE", "redis://cache:6379/?db=one", "'one' is not a database number"),
+    ("NBCACHE_REMOTE", "unix:///run/redis.sock?db=-1", "'-1' is not a database number"),
 ])
 def test_bad_remote_settings_are_one_line_errors(variable, value, message):
     result = run_cli("stats", "--remote", env={variable: value})
