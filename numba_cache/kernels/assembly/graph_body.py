@@ -30,7 +30,7 @@ between them through a frame on the caller's stack: LLVM holds a function's
 machine code whole while it makes it, and the large benchmark model's graph
 kernel (about 1,000 calls) in one function added 100 MiB to its compile's peak
 memory (measured with parts of 50 to 500 calls: the peak lowest from 50 to 250; a
-call about 4% longer than in one function, whatever the number of parts). A body
+call as long as in one function, within the noise of 1-2%). A body
 whose op kernels are linked in (``NBCACHE_LINK_OPS``, the linked build) is built for
 its speed, mostly by a helper in the background: it is one function.
 
@@ -342,9 +342,9 @@ class _ReadWhereUsed(dict):
     Read once at the part's entry, hundreds of values would be live across all its
     calls, each spilled around every call: on the large benchmark model, whose node
     order (PyTensor's) scatters each value's uses over the parts, the graph
-    kernel's machine code took 8.9 s where reads at each use take 2.5 s (a 3x slower
-    machine than ``benchmarks/RESULTS.md``'s), and a call 137 µs where it takes 113 µs
-    with the frame of :meth:`_StepEmitter._frame`."""
+    kernel's machine code took 7.1 s where reads at each use take 1.5 s (same
+    machine, same run), and a call 82-92 us where it takes 75-78 us with the frame
+    of :meth:`_StepEmitter._frame` (NUMBA's: 76-80 us; one function: 75-79 us)."""
 
     def __init__(self, read: Callable):
         super().__init__()
