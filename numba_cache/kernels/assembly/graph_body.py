@@ -232,10 +232,11 @@ class _StepEmitter:
         frame on the caller's stack, each value at an offset of its own (:meth:`_frame`),
         each part a function of a pointer to it, with numba's calling convention (an
         error propagates, as from a call). A part stores a value into the frame as soon
-        as it is made, and reads one from it where it is used (:class:`_ReadWhereUsed`). An embedded constant is made in each part that reads it: through the
-        frame, its fields would be stored and loaded at every call (on the large
-        benchmark model, 6% of a call's time); a lifted constant is read from its
-        pack in each part that reads it, the pack passing through the frame.
+        as it is made, and reads one from it where it is used (:class:`_ReadWhereUsed`).
+        An embedded constant is made where it is used: through the frame, its fields
+        would be stored and loaded at every call (on the large benchmark model, 6% of
+        a call's time); a lifted constant is read from its pack where it is used, the
+        pack passing through the frame.
         Register allocation and stack slot colouring cost more than linearly in a
         function's size, and the machine code of one function is held whole: the
         large benchmark model's graph kernel (1,000 calls) in one function took about
@@ -308,7 +309,6 @@ class _StepEmitter:
                 context.call_conv.return_status_propagate(builder, status)
         values.update((name, builder.load(address(builder, frame, name)))
                       for name in self.returned if name in made_in)
-
 
     def _frame(self, builder, names: list) -> tuple[dict, object]:
         """The byte offsets of the values of `names` in a frame on the stack of
