@@ -8,8 +8,10 @@ Compiles ``numba_cache.evaluation.models.FUNCTION(**KWARGS)`` once in this proce
 environment names, and prints the time of each phase, measured by wrapping the
 functions that do it (inclusive times, a call within another of the same phase
 counted once; a phase nested in another is listed under it), with its share of
-the compile; and the full garbage collections, whichever phase they fall in. Run
-it after filling a store to see what a warm, variant or new-model compile spends.
+the compile; and, whichever phase they fall in, the modules imported for the first
+time (PyTensor's numba dispatch and its sparse module on rows of their own) and
+the full garbage collections. Run it after filling a store to see what a warm,
+variant or new-model compile spends.
 
 With ``--models``, every benchmark model (:data:`benchmarks.suite.MODELS`) is
 compiled in fresh processes on caches of its own, in the benchmark's order: cold,
@@ -27,6 +29,7 @@ import argparse
 import ast
 import functools
 import gc
+import importlib.machinery
 import inspect
 import json
 import shutil
@@ -68,6 +71,13 @@ PHASES = (
 
 #: Timed by the collector's callbacks rather than by wrapping: it falls in any phase.
 FULL_COLLECTIONS = "full garbage collections (whichever phase they fall in)"
+#: Timed by an import hook (:class:`_TimedImports`), in whichever phase they fall.
+IMPORTS = "modules first imported (whichever phase they fall in)"
+#: (phase, module): imports of their own rows, nested under :data:`IMPORTS`.
+IMPORTED = (
+    ("  PyTensor's numba dispatch", "pytensor.link.numba.dispatch"),
+    ("  PyTensor's sparse module (and scipy.sparse)", "pytensor.sparse"),
+)
 
 
 def _wrap(totals: dict, counts: dict, phase: str, module_name: str, path: str) -> None:
@@ -110,11 +120,16 @@ def measure(function_name: str, kwargs: dict, mode: str) -> dict:
         _wrap(totals, counts, phase, module_name, path)
     timer = functools.partial(_time_full_collections, totals, counts, [])
     gc.callbacks.append(timer)
+    imports = _TimedImports(totals, counts)
+    sys.meta_path.insert(0, imports)
     begin = time.perf_counter()
-    function = pytensor.function(model.inputs, model.outputs, mode=mode)
-    function(*model.point)
-    total = time.perf_counter() - begin
-    gc.callbacks.remove(timer)
+    try:
+        function = pytensor.function(model.inputs, model.outputs, mode=mode)
+        function(*model.point)
+        total = time.perf_counter() - begin
+    finally:
+        sys.meta_path.remove(imports)
+        gc.callbacks.remove(timer)
     return {"seconds": total,
             "phases": {phase.strip(): {"seconds": totals[phase], "calls": counts[phase],
                                        "depth": _depth(phase)}
@@ -133,8 +148,56 @@ def _time_full_collections(totals: dict, counts: dict, started: list, event: str
         counts[FULL_COLLECTIONS] += 1
 
 
+_FILE_LOADERS = (importlib.machinery.SourceFileLoader, importlib.machinery.SourcelessFileLoader,
+                 importlib.machinery.ExtensionFileLoader)
+
+
+class _TimedImports:
+    """A finder first on ``sys.meta_path`` that times each module's first import: the
+    outermost as :data:`IMPORTS`, those named in :data:`IMPORTED` as their own rows.
+
+    It finds nothing itself: it asks the finders after it and times the loader of
+    the spec they find, when that loader serves one module (a file loader): the
+    timing is an attribute of that object, whose class stays what it was."""
+
+    def __init__(self, totals: dict, counts: dict):
+        self._totals, self._counts = totals, counts
+        self._depth = 0
+        self._named = {module: phase for phase, module in IMPORTED}
+
+    def find_spec(self, fullname, path, target=None):
+        following = sys.meta_path[sys.meta_path.index(self) + 1:]
+        for finder in following:
+            find = getattr(finder, "find_spec", None)
+            spec = None if find is None else find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if isinstance(spec.loader, _FILE_LOADERS):
+            exec_module = spec.loader.exec_module
+            spec.loader.exec_module = functools.partial(self._timed, fullname, exec_module)
+        return spec
+
+    def _timed(self, fullname: str, exec_module, module) -> None:
+        begin = time.perf_counter()
+        self._depth += 1
+        try:
+            exec_module(module)
+        finally:
+            self._depth -= 1
+            seconds = time.perf_counter() - begin
+            if not self._depth:
+                self._totals[IMPORTS] += seconds
+                self._counts[IMPORTS] += 1
+            if fullname in self._named:
+                self._totals[self._named[fullname]] += seconds
+                self._counts[self._named[fullname]] += 1
+
+
 def _rows() -> list[str]:
-    return [phase for phase, _, _ in PHASES] + [FULL_COLLECTIONS]
+    return [phase for phase, _, _ in PHASES] + [IMPORTS, *(phase for phase, _ in IMPORTED),
+                                                  FULL_COLLECTIONS]
 
 
 def _depth(phase: str) -> int:

@@ -57,7 +57,8 @@ PHASES = Path(__file__).parents[1] / "benchmarks" / "phases.py"
 
 @pytest.mark.slow
 def test_phases_tell_a_cold_compile_from_a_warm_one(tmp_path):
-    """The phase profile of a cold compile shows numba compiling; of a warm one, loads only."""
+    """The phase profile of a cold compile shows numba compiling and PyTensor's numba
+    dispatch imported (to convert the ops); of a warm one, loads only."""
     from benchmarks.modes import MODES
 
     environment = MODES["NUMBA_CACHE"].environment(tmp_path)
@@ -74,6 +75,10 @@ def test_phases_tell_a_cold_compile_from_a_warm_one(tmp_path):
     loads = "kernel loads from the store (all kinds)"
     assert cold["counters"]["rewrite.miss"] == 1 and warm["counters"]["rewrite.hit"] == 1
     assert typing in cold["phases"] and typing not in warm["phases"]
+    dispatch = "PyTensor's numba dispatch"
+    assert cold["phases"][dispatch]["calls"] == 1 and dispatch not in warm["phases"]
+    assert (cold["phases"][dispatch]["seconds"]
+            <= cold["phases"]["modules first imported (whichever phase they fall in)"]["seconds"])
     assert warm["phases"][loads]["calls"] >= warm["counters"]["op.hit"]
     for run in (cold, warm):
         assert all(0 < phase["seconds"] <= run["seconds"] for phase in run["phases"].values())
