@@ -2,9 +2,9 @@
 
 numba_cache's cold and warm processes run the same machine code and must agree
 bit for bit. numba_cache and PyTensor's ``NUMBA`` mode run different generated
-code (numba_cache's graph function, linked and optimised as one module): LLVM
-may vectorise or reassociate a reduction differently, so the two agree to
-within a few units in the last place (ULP), not bit for bit.
+code (numba_cache's graph function calls op kernels compiled apart; ``NUMBA``'s
+is one module): LLVM may vectorise or reassociate a reduction differently, so
+the two agree to within a few units in the last place (ULP), not bit for bit.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import numpy as np
 #: The largest ULP distance accepted between numba_cache and ``NUMBA`` for one value.
 #: A reassociated float64 sum of n terms may differ by up to about n * eps * sum|x_i|;
 #: for the models here (about 1,000 terms, little cancellation) that is well under 2**10
-#: ULP of the result. Observed: under 20.
+#: ULP of the result. Observed: under 20. A near-cancelling sum is further apart in ULP
+#: of its small result (``docs/limits.md``, "Results and bits"); this bound is not for those.
 NUMBA_ULP_BOUND = 1024
 
 
