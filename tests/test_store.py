@@ -349,6 +349,19 @@ def test_a_file_without_its_row_is_indexed_when_found(tmp_path):
     assert [(found.key, found.hits) for found in store.entries()] == [(entry.key, 1)]
 
 
+def test_a_use_noted_before_its_entry_is_evicted_leaves_no_row_behind(tmp_path):
+    """A load's use is written at the end of its bookkeeping block; an eviction in
+    the block (a save over the cap) removed the entry meanwhile: no row comes back."""
+    store = open_store(tmp_path)
+    kept, evicted = save(store, "kept"), save(store, "evicted")
+    with store.bookkeeping_together():
+        assert store.load(FINGERPRINT, evicted.key) is not None
+        store.load(FINGERPRINT, kept.key)
+        assert store.evict_to(0) == [(FINGERPRINT, kept.key), (FINGERPRINT, evicted.key)]
+    assert store.entries() == [] and store.stats()["bytes"] == 0
+    assert store.verify() == []
+
+
 def test_a_deleted_index_is_rebuilt_from_the_files(tmp_path):
     store = open_store(tmp_path)
     a, b = save(store, "a"), save(store, "b")

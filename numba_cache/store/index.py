@@ -82,8 +82,9 @@ _UPGRADABLE = 1
 # An UPDATE, not INSERT OR REPLACE: a replacing delete fires no delete trigger.
 _REPLACE = (f"INSERT INTO entries{_VALUES} ON CONFLICT(fingerprint, key) DO UPDATE SET "
             + ", ".join(f"{column} = excluded.{column}" for column in _COLUMNS.split(", ")[2:]))
-_RECORD_HIT = (f"INSERT INTO entries{_VALUES} ON CONFLICT(fingerprint, key) DO UPDATE "
-               "SET last_used = excluded.last_used, hits = hits + 1")
+_RECORD_HIT = ("UPDATE entries SET last_used = ?, hits = hits + 1 "
+               "WHERE fingerprint = ? AND key = ?")
+_ADD_FOUND = f"INSERT OR IGNORE INTO entries{_VALUES}"
 
 #: SQLite's primary result codes for a write the disk refused: full, failing, or
 #: no file could be created.
@@ -105,7 +106,7 @@ class Index:
     `scan` yields the entries found on disk (with ``size`` and ``last_used``); it
     fills a new or rebuilt index. `on_disk_failure` is told of writes the disk
     refused. With `readonly` the file is opened read-only, and writing methods do
-    nothing.
+    nothing. ``exists(fingerprint, key)`` tells whether an entry's record is on disk.
     """
 
     def __init__(
@@ -114,11 +115,13 @@ class Index:
         *,
         readonly: bool,
         scan: Callable[[], Iterable[Entry]],
+        exists: Callable[[str, str], bool],
         on_disk_failure: Callable[[Exception], None],
     ):
         self.path = path
         self._readonly = readonly
         self._scan = scan
+        self._exists = exists
         self._on_disk_failure = on_disk_failure
         # One connection per thread, and a new one after a fork: a connection must
         # not be shared across threads' transactions nor carried into a child.
@@ -130,8 +133,9 @@ class Index:
     def record_hit(self, entry: Entry, size: int, now: float) -> None:
         """Note a use of `entry`: its last use and hits + 1 (callers count the hit).
 
-        An entry missing from the index (its file was found without a row) is added.
-        Within :meth:`bookkeeping_together`, the use is written at the block's end.
+        An entry missing from the index (its file was found without a row) is added,
+        if its record is still on disk when the use is written. Within
+        :meth:`bookkeeping_together`, the use is written at the block's end.
         """
         row = _row(entry, size, last_used=now, hits=1)
         pending = getattr(self._local, "pending", None)
@@ -171,7 +175,15 @@ class Index:
 
     def _write_bookkeeping(self, pending: _Bookkeeping) -> None:
         def work(connection: sqlite3.Connection) -> None:
-            connection.executemany(_RECORD_HIT, pending.hits)
+            for row in pending.hits:
+                fingerprint, key, last_used = row[0], row[1], row[6]
+                if connection.execute(_RECORD_HIT, (last_used, fingerprint, key)).rowcount:
+                    continue
+                # No row: a file found without one, or an entry evicted since its use
+                # (its record is deleted before its row, and that row's deletion waits
+                # for this transaction): only the first gets a row.
+                if self._exists(fingerprint, key):
+                    connection.execute(_ADD_FOUND, row)
             connection.executemany(_BUMP, [(fingerprint, name, n) for (fingerprint, name), n
                                            in pending.counts.items()])
 

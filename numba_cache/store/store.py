@@ -50,7 +50,7 @@ class Store(Maintenance, SideFilesOfStore):
         self._backend = LocalBackend(self.root)
         disk_refused = functools.partial(warn_cannot_write, self.root)
         self._index = Index(self.root / INDEX_NAME, readonly=self.readonly, scan=self._scan,
-                            on_disk_failure=disk_refused)
+                            exists=self._backend.has, on_disk_failure=disk_refused)
         warn_if_writable_by_others(self.root)
         writable = lambda: not self.readonly
         self._side_files = SideFiles(self._backend, self.root, writable)
