@@ -35,6 +35,40 @@ def test_bad_input_is_one_clear_line_and_no_traceback(private_store, arguments, 
     one_line_error(cli_here(*arguments, env=environment), fragment)
 
 
+def _file_at(base, *below):
+    (base / "a-file").write_text("not a directory")
+    return base.joinpath("a-file", *below)
+
+
+def _link_to_nothing_at(base, *below):
+    (base / "link").symlink_to(base / "gone")
+    return base.joinpath("link", *below)
+
+
+@pytest.mark.parametrize(
+    ("make", "fragment"),
+    [
+        (_file_at, "is not a directory"),
+        (lambda base: _file_at(base, "store"), "is below {base}/a-file, which is not a directory"),
+        (_link_to_nothing_at, "is a symbolic link to {base}/gone, which does not exist"),
+        (lambda base: _link_to_nothing_at(base, "store"),
+         "is below {base}/link, a symbolic link to {base}/gone, which does not exist"),
+    ],
+    ids=["a file", "below a file", "a link to nothing", "below a link to nothing"],
+)
+@pytest.mark.parametrize("command", [["stats"], ["clear", "--yes"], ["dir"]])
+def test_a_store_path_that_cannot_be_a_directory_is_named_with_why(tmp_path, make, fragment,
+                                                                    command):
+    root = make(tmp_path)
+    said = fragment.format(base=tmp_path)
+    result = cli_here(*command, env={"NBCACHE_DIR": str(root)})
+    if command == ["dir"]:  # says where the store is, and why it cannot be used
+        assert result.returncode == 0
+        assert result.stdout == f"{root}  (env NBCACHE_DIR, {said.removeprefix('is ')}: the cache cannot be used)\n"
+    else:
+        one_line_error(result, f"the store {root} (env NBCACHE_DIR) {said}: name a directory")
+
+
 @pytest.mark.parametrize(
     ("setting", "value", "fragment"),
     [

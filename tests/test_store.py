@@ -271,6 +271,34 @@ def test_a_private_root_does_not_warn(tmp_path):
     assert store_warnings(caught) == []
 
 
+def test_a_root_that_is_a_file_others_can_write_is_refused_without_a_permissions_warning(tmp_path):
+    """A device or file others can write (``/dev/null``) is no directory to make private:
+    the one warning says the cache cannot be written there, and why."""
+    root = tmp_path / "a-file"
+    root.write_text("not a directory")
+    root.chmod(0o666)
+    with caught_warnings() as caught:
+        store = open_store(root)
+        assert not store.save(make_entry("a"), source_of("a"))
+    assert store.readonly and root.read_text() == "not a directory"
+    assert store_warnings(caught) == [
+        f"numba_cache: the cache {root} is read-only (it is not a directory): "
+        "cached kernels are loaded, nothing is saved or counted."]
+
+
+def test_a_root_through_a_link_to_nothing_is_read_only_and_says_why(tmp_path):
+    (tmp_path / "link").symlink_to(tmp_path / "unmounted" / "cache")
+    root = tmp_path / "link" / "store"
+    with caught_warnings() as caught:
+        store = open_store(root)
+        assert not store.save(make_entry("a"), source_of("a"))
+    assert store.readonly and not (tmp_path / "unmounted").exists()
+    assert store_warnings(caught) == [
+        f"numba_cache: the cache {root} is read-only (it is below {tmp_path / 'link'}, a symbolic "
+        f"link to {tmp_path / 'unmounted' / 'cache'}, which does not exist): cached kernels are "
+        "loaded, nothing is saved or counted."]
+
+
 # Index, counters, listings
 
 

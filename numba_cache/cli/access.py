@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import sys
 
 from numba_cache import settings as settings_module
 from numba_cache.store import Entry, Store
-from numba_cache.store.local import make_private_dirs
+from numba_cache.store.local import make_private_dirs, unusable_root
 
 _HEX = re.compile(r"[0-9a-f]+")
 
@@ -29,19 +28,19 @@ def open_store(*, write: bool = False, create: bool = False) -> Store:
     current = settings_module.current()
     root = current.root
     where = f"{root} ({current.source_of('root')})"
+    if (problem := unusable_root(root)) is not None:
+        raise CliError(f"the store {where} is {problem}: name a directory")
     if write and create and not os.path.lexists(root):
         try:
             make_private_dirs(root)
         except OSError as error:
             raise CliError(f"cannot create the store {where}: {error.strerror or error}") from None
     try:
-        is_directory = stat.S_ISDIR(root.stat().st_mode)
+        root.stat()
     except FileNotFoundError:
         raise CliError(f"no store at {where}: nothing has been cached there") from None
     except PermissionError:
         raise CliError(f"cannot read the store {where}: permission denied") from None
-    if not is_directory:
-        raise CliError(f"the store {where} is not a directory")
     if not os.access(root, os.R_OK | os.X_OK):
         raise CliError(f"cannot read the store {where}: permission denied")
     readonly = current.readonly or not write

@@ -10,6 +10,7 @@ from numba_cache.cli.access import open_store
 from numba_cache.cli.formatting import human_size, plural, table
 from numba_cache.keys.components import DIGEST_DIGITS, changed_components
 from numba_cache.keys.remembered import environment_token, remember, this_environment
+from numba_cache.store.local import unusable_root
 from numba_cache.store.remote import display_url
 
 
@@ -35,8 +36,9 @@ def command_dir(args) -> int:
             "exists": os.path.isdir(current.root),
         }))
     else:
+        unusable = unusable_root(current.root)
         state = ("" if os.path.isdir(current.root) else
-                 ", not a directory: the cache cannot be used" if os.path.exists(current.root)
+                 f", {unusable}: the cache cannot be used" if unusable is not None
                  else ", does not exist yet")
         print(f"{current.root}  ({current.source_of('root')}{state})")
     return 0

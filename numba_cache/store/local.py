@@ -282,14 +282,34 @@ def _keyed(files: dict, shard: str, suffix: str) -> Iterator[tuple[str, str]]:
             yield key, name
 
 
+def unusable_root(root: Path) -> str | None:
+    """Why `root` can be no store's directory, whatever the permissions, or None: what
+    it is, completing "`root` is ...".
+
+    It is a file (not a directory), lies below one, or is (or lies below) a
+    symbolic link to nothing, which a store cannot be created through.
+    """
+    # os.path's tests, unlike Path's, are False (not PermissionError) below a
+    # directory this process may not search.
+    path = root
+    while not os.path.lexists(path) and path != path.parent:
+        path = path.parent
+    if os.path.islink(path) and not os.path.exists(path):
+        link = f"a symbolic link to {os.readlink(path)}, which does not exist"
+        return link if path == root else f"below {path}, {link}"
+    if os.path.exists(path) and not os.path.isdir(path):
+        return "not a directory" if path == root else f"below {path}, which is not a directory"
+    return None
+
+
 def may_write_under(root: Path) -> bool:
     """Whether `root` is a directory this process may write, or may create."""
+    if unusable_root(root) is not None:
+        return False
     existing = root
-    # os.path.exists, unlike Path.exists, is False (not PermissionError) below a
-    # directory this process may not search.
     while not os.path.exists(existing):
         existing = existing.parent
-    return existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+    return os.access(existing, os.W_OK | os.X_OK)
 
 
 def warn_if_writable_by_others(root: Path) -> None:
@@ -297,7 +317,7 @@ def warn_if_writable_by_others(root: Path) -> None:
         mode = root.stat().st_mode
     except OSError:
         return
-    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if stat.S_ISDIR(mode) and mode & (stat.S_IWGRP | stat.S_IWOTH):
         warn_once(
             ("permissions", str(root)),
             f"numba_cache: the cache directory {root} is writable by other users. Its entries "

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import time
 from pathlib import Path
 
@@ -17,7 +16,8 @@ from .entry import Entry, check_address, check_name
 from .entry_layout import SOURCE_BLOB
 from .eviction import EVICTION_TARGET
 from .index import Index
-from .local import LocalBackend, may_write_under, stored_size, warn_if_writable_by_others
+from .local import (LocalBackend, may_write_under, stored_size, unusable_root,
+                    warn_if_writable_by_others)
 from .locks import EntryLocks
 from .maintenance import Maintenance
 from .notices import warn_cannot_delete, warn_cannot_write, warn_once
@@ -330,11 +330,9 @@ class Store(Maintenance, SideFilesOfStore):
     def _may_write(self) -> bool:
         """Whether writing is allowed; the first refusal in a process is warned."""
         if self.readonly:
-            why = ("readonly setting" if self.settings.readonly else
-                   # os.path's tests, not Path's: those raise where the path cannot be searched.
-                   "it is not a directory" if os.path.exists(self.root)
-                   and not os.path.isdir(self.root)
-                   else "the directory is not writable")
+            unusable = None if self.settings.readonly else unusable_root(self.root)
+            why = ("readonly setting" if self.settings.readonly
+                   else f"it is {unusable}" if unusable else "the directory is not writable")
             warn_once(
                 ("readonly", str(self.root)),
                 f"numba_cache: the cache {self.root} is read-only ({why}): "
