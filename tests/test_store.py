@@ -909,8 +909,9 @@ def test_verify_finds_problems_then_repairs_them(tmp_path):
 
 
 def test_verify_checks_what_entries_promise_each_other(tmp_path):
-    """A kernel's object-mode blocks and a rewrite's graph kernel: missing ones are
-    dangling (reported, kept by repair); unreadable or wrong-kind promises are problems."""
+    """A kernel's object-mode blocks, a graph kernel's op kernels and a rewrite's graph
+    kernel: missing ones are dangling (reported, kept by repair); unreadable or
+    wrong-kind promises are problems."""
     from numba_cache.store import entry_layout as layout
 
     store = open_store(tmp_path)
@@ -918,6 +919,17 @@ def test_verify_checks_what_entries_promise_each_other(tmp_path):
     kernel.blobs[layout.BLOCKS_BLOB] = layout.encode_blocks(["uuid-present", "uuid-absent"])
     block = Entry(key=digest("block"), fingerprint=FINGERPRINT, kind="objmode",
                   components={layout.BLOCK_COMPONENT: "uuid-present"}, blobs={"kernel": b"k"})
+    op = Entry(key=digest("op"), fingerprint=FINGERPRINT, kind="op", blobs={"kernel:(x,)": b"o"})
+
+    def calling(name: str, *targets: str) -> Entry:
+        links = layout.encode_op_links((target, b"sig", f"symbol_{target[:4]}")
+                                       for target in targets)
+        return Entry(key=digest(name), fingerprint=FINGERPRINT, kind="graph",
+                     blobs={"kernel:(x,)": b"g", layout.op_links_blob_name("(x,)"): links})
+
+    calls_present = calling("calls present", op.key)
+    calls_evicted = calling("calls evicted", op.key, digest("evicted op"))
+    calls_block = calling("calls a block entry", block.key)
 
     def rewrite(name: str, target: str, blob: bytes | None = None) -> Entry:
         blobs = {layout.REWRITTEN_GRAPH_BLOB: b"g", layout.KERNEL_SOURCE_BLOB: b"s",
@@ -929,7 +941,8 @@ def test_verify_checks_what_entries_promise_each_other(tmp_path):
     dangling = rewrite("dangling", digest("evicted graph"))
     unreadable = rewrite("unreadable", kernel.key, blob=b"\x80\x04pickled")
     wrong_kind = rewrite("wrong kind", block.key)
-    for entry in (kernel, block, fine, dangling, unreadable, wrong_kind):
+    for entry in (kernel, block, fine, dangling, unreadable, wrong_kind, op, calls_present,
+                  calls_evicted, calls_block):
         assert store.save(entry)
 
     def summary(problems):
@@ -944,11 +957,16 @@ def test_verify_checks_what_entries_promise_each_other(tmp_path):
                 FINGERPRINT, unreadable.key),
         Problem(f"broken reference: its graph kernel {block.key[:12]} is an objmode entry",
                 FINGERPRINT, wrong_kind.key),
+        Problem(f"dangling reference: its op kernel {digest('evicted op')[:12]} is not in the "
+                "store", FINGERPRINT, calls_evicted.key, dangling=True),
+        Problem(f"broken reference: its op kernel {block.key[:12]} is an objmode entry",
+                FINGERPRINT, calls_block.key),
     ])
     assert summary(store.verify()) == expected
     assert summary(store.verify(repair=True)) == expected
     assert summary(store.verify()) == [item for item in expected if item[1]]  # dangling stay
-    assert set(keys_of(store.entries())) == {kernel.key, block.key, fine.key, dangling.key}
+    assert set(keys_of(store.entries())) == {kernel.key, block.key, fine.key, dangling.key,
+                                             op.key, calls_present.key, calls_evicted.key}
 
 
 # Record format

@@ -64,6 +64,11 @@ def op_links_blob_name(signature) -> str:
     return f"{_OP_LINKS_PREFIX}{signature}"
 
 
+def is_op_links_blob(name: str) -> bool:
+    """Whether the blob `name` is one of :func:`op_links_blob_name`'s."""
+    return name.startswith(_OP_LINKS_PREFIX)
+
+
 def ir_digest_blob_name(signature) -> str:
     """The blob holding the digest of the IR compiled for `signature` (:func:`encode_digest`)."""
     return f"{_IR_DIGEST_PREFIX}{signature}"

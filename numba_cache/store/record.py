@@ -25,7 +25,7 @@ import hashlib
 import json
 import struct
 import zlib
-from collections.abc import Collection
+from collections.abc import Container
 from importlib.metadata import PackageNotFoundError, version
 
 from .. import versions
@@ -114,7 +114,7 @@ def _stored_form(data: bytes) -> tuple[str, bytes]:
 
 
 def decode(record: bytes, fingerprint: str, key: str,
-           blobs_wanted: Collection[str] | None = None) -> Entry:
+           blobs_wanted: Container[str] | None = None) -> Entry:
     """The entry stored in `record`, which must be the record of (`fingerprint`, `key`).
 
     Raises :class:`CorruptEntry` if anything is off: magic, lengths, checksums, JSON,
@@ -201,7 +201,7 @@ def _check_metadata(metadata: object, format_2: bool = False) -> None:
 
 
 def _read_blobs(record: bytes, start: int, descriptions: list[dict],
-                wanted: Collection[str] | None) -> dict[str, bytes]:
+                wanted: Container[str] | None) -> dict[str, bytes]:
     blobs = {}
     seen = set()
     view = memoryview(record)

@@ -1,9 +1,11 @@
 """What entries promise of each other, and the check that the store can keep those promises.
 
-Two kinds of entry name others:
+Three kinds of entry name others:
 
 - a **rewrite** entry names the graph kernel its restored graph compiles to: the
   ``graph_kernel`` component, and the whole key in the ``graph_key`` blob (JSON);
+- a **graph** kernel entry lists, per signature, the op kernels its code calls by
+  symbol (an ``op-links:`` blob): it is loaded only once they are;
 - a **kernel** entry (graph or op) holding object-mode blocks lists their uuids in
   the ``objmode_blocks`` blob; each block's entry has the uuid as its ``block``
   component.
@@ -23,26 +25,30 @@ from dataclasses import dataclass, field
 
 from .entry import Entry
 from .entry_layout import (BLOCK_COMPONENT, BLOCKS_BLOB, GRAPH_KERNEL_COMPONENT, REWRITE_BLOBS,
-                           decode_blocks, graph_key_fields)
+                           decode_blocks, decode_op_links, graph_key_fields, is_op_links_blob)
 
-#: The blobs :meth:`References.add` reads of an entry (``verify`` inflates only these).
-BLOBS_READ = (*REWRITE_BLOBS, BLOCKS_BLOB)
+#: What a reference's target is, by its kind: a block is found by uuid, the others by key.
+_TARGETS = {"graph": "graph kernel", "op": "op kernel", "block": "object-mode block"}
+
+
+def reads_blob(name: str) -> bool:
+    """Whether :meth:`References.add` reads the blob `name` (``verify`` inflates only those)."""
+    return name in REWRITE_BLOBS or name == BLOCKS_BLOB or is_op_links_blob(name)
 
 
 @dataclass(frozen=True)
 class Reference:
-    """Entry (`fingerprint`, `key`) of `kind` refers to `target`: an entry's key, or a
-    block's uuid when `to_block`."""
+    """Entry (`fingerprint`, `key`) of `kind` refers to `target`, an entry's key, or a
+    block's uuid; `target_kind` is one of :data:`_TARGETS`."""
 
     fingerprint: str
     key: str
     kind: str
     target: str
-    to_block: bool
+    target_kind: str
 
     def describe(self) -> str:
-        what = "object-mode block" if self.to_block else "graph kernel"
-        return f"its {what} {self.target[:12]} is not in the store"
+        return f"its {_TARGETS[self.target_kind]} {self.target[:12]} is not in the store"
 
 
 @dataclass
@@ -66,22 +72,36 @@ class References:
             except ValueError as error:
                 return str(error)
             target = entry.components[GRAPH_KERNEL_COMPONENT]
-            self._references.append(Reference(entry.fingerprint, entry.key, entry.kind, target, False))
+            self._refer(entry, target, "graph")
+        if entry.kind == "graph":
+            try:
+                targets = sorted({key for name, blob in entry.blobs.items()
+                                  if is_op_links_blob(name)
+                                  for key, _, _ in decode_op_links(blob)})
+            except (ValueError, TypeError) as error:
+                return f"its list of the op kernels it calls is unreadable ({error})"
+            for target in targets:
+                self._refer(entry, target, "op")
         for uuid in decode_blocks(entry.blobs.get(BLOCKS_BLOB), errors="replace"):
-            self._references.append(Reference(entry.fingerprint, entry.key, entry.kind, uuid, True))
+            self._refer(entry, uuid, "block")
         return None
 
+    def _refer(self, entry: Entry, target: str, target_kind: str) -> None:
+        self._references.append(
+            Reference(entry.fingerprint, entry.key, entry.kind, target, target_kind))
+
     def wrong_kinds(self) -> list[tuple[Reference, str]]:
-        """References of rewrite entries to an entry of another kind than a graph kernel."""
+        """References to an entry of another kind than they name (a rewrite's graph
+        kernel, a graph kernel's op kernels)."""
         wrong = []
         for reference in self._references:
-            if reference.to_block:
+            if reference.target_kind == "block":
                 continue
             kind = self._kinds.get((reference.fingerprint, reference.target))
-            if kind not in (None, "graph"):
+            if kind not in (None, reference.target_kind):
                 article = "an" if kind[0] in "aeiou" else "a"
-                wrong.append((reference, f"its graph kernel {reference.target[:12]} is {article} "
-                                         f"{kind} entry"))
+                wrong.append((reference, f"its {_TARGETS[reference.target_kind]} "
+                                         f"{reference.target[:12]} is {article} {kind} entry"))
         return wrong
 
     def dangling(self) -> list[Reference]:
@@ -89,5 +109,5 @@ class References:
         return [
             reference for reference in self._references
             if (reference.fingerprint, reference.target)
-            not in (self._blocks if reference.to_block else self._kinds)
+            not in (self._blocks if reference.target_kind == "block" else self._kinds)
         ]

@@ -10,10 +10,14 @@ from .entry_layout import SOURCE_BLOB
 from .index import Index
 from .local import LocalBackend
 from .record import CorruptEntry, decode
-from .references import BLOBS_READ, References
+from .references import References, reads_blob
 
-#: What verify inflates: what references read, and the source its .py copy must equal.
-_BLOBS_CHECKED_DECODED = frozenset({*BLOBS_READ, SOURCE_BLOB})
+
+class _BlobsCheckedDecoded:
+    """What verify inflates: what references read, and the source its .py copy must equal."""
+
+    def __contains__(self, name: str) -> bool:
+        return name == SOURCE_BLOB or reads_blob(name)
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
             data = backend.get(fingerprint, key)
             if data is None:  # removed since it was listed
                 continue
-            entry = decode(data, fingerprint, key, _BLOBS_CHECKED_DECODED)
+            entry = decode(data, fingerprint, key, _BlobsCheckedDecoded())
         except (CorruptEntry, OSError) as error:
             problems.append(Problem(f"unreadable record: {error}", fingerprint, key))
             if repair:
