@@ -10,6 +10,12 @@ returned, so that the parent can time interpreter start to first result, then
 one JSON line. The cache in use is whatever the environment points at
 (``NBCACHE_DIR``, ``PYTENSOR_FLAGS``); the parent decides whether it is cold.
 
+With ``serve_calls`` in the spec, the process then stays, and times calls on
+request: for each line ``call`` or ``call_trusted`` read from stdin, it prints the
+microseconds per call of one timed loop (``trust_input`` off or on), until stdin
+closes. The parent interleaves such requests across the processes of several
+modes, so that all modes are timed in the same minutes (:mod:`.suite`).
+
 Only the ``NUMBA_CACHE`` mode imports numba_cache: the models and the compile
 counter are loaded from their files, so no other mode pays for numba_cache's
 import.
@@ -58,6 +64,21 @@ def _per_call_microseconds(function, point) -> float:
     timer = timeit.Timer(lambda: function(*point))
     number, _ = timer.autorange()
     return min(timer.repeat(repeat=CALL_REPEATS, number=number)) / number * 1e6
+
+
+def _serve_calls(function, point) -> None:
+    """Answer each ``call`` or ``call_trusted`` line of stdin with the microseconds per
+    call of one loop of ``timeit``, its length auto-ranged (>= 0.2 s) on the first request."""
+    timer = timeit.Timer(lambda: function(*point))
+    loops = {}
+    for request in sys.stdin:
+        figure = request.strip()
+        if figure not in ("call", "call_trusted"):
+            raise ValueError(f"unknown request {figure!r}: expected 'call' or 'call_trusted'")
+        function.trust_input = figure == "call_trusted"
+        if figure not in loops:
+            loops[figure], _ = timer.autorange()
+        print(timer.timeit(number=loops[figure]) / loops[figure] * 1e6, flush=True)
 
 
 def _memory_bytes(field: str) -> int | None:
@@ -117,7 +138,16 @@ def _key_milliseconds(model, function) -> dict:
     }
 
 
-def main(spec: dict) -> dict:
+def main(spec: dict) -> None:
+    """Compile, call and report as `spec` asks; then serve call timings if it asks so."""
+    report, function, point = compile_and_measure(spec)
+    print(json.dumps(report), flush=True)
+    if spec.get("serve_calls"):
+        _serve_calls(function, point)
+
+
+def compile_and_measure(spec: dict) -> tuple[dict, object, list]:
+    """The report of `spec`'s compile and measurements, the compiled function and its inputs."""
     import numpy as np
     import pytensor
 
@@ -157,8 +187,8 @@ def main(spec: dict) -> dict:
         import numba_cache
 
         report["cache_events"] = dict(numba_cache.session_stats())
-    return report
+    return report, function, model.point
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(json.loads(sys.argv[1]))), flush=True)
+    main(json.loads(sys.argv[1]))

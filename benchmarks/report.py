@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmarks.child import CALL_REPEATS, OURS
+from benchmarks.child import OURS
 from benchmarks.modes import BASELINE, DISK_LOCATIONS, MODES
-from benchmarks.suite import MODELS
+from benchmarks.suite import CALL_PROCESSES, CALL_ROUNDS, MODELS
 
 
 @dataclass(frozen=True)
@@ -306,6 +306,11 @@ def models_section(models: list[str]) -> list[str]:
     return lines
 
 
+def _call_processes() -> str:
+    counts = [f"{count} of {mode}" for mode, count in CALL_PROCESSES.items()]
+    return ", ".join([*counts, "one of each other mode", f"as many served {OURS}'s linked build"])
+
+
 def _how_to_read(modes: list[str]) -> list[str]:
     return [
         "## How to read the tables",
@@ -331,8 +336,13 @@ def _how_to_read(modes: list[str]) -> list[str]:
         "- *memory*: `VmHWM` of the cold process (its peak resident set, interpreter and "
         "imports included), and that peak less `VmRSS` just before `pytensor.function`: "
         "what the compile added.",
-        f"- *per call*: `timeit`, the best of {CALL_REPEATS} repeats of an auto-ranged loop "
-        "(≥ 0.2 s), in the warm process; `trust_input=True` set on the same function afterwards.",
+        "- *per call*: timed side by side once every mode has run the steps: warm processes "
+        f"of every mode ({_call_processes()}) stay alive, and the parent asks each in turn for "
+        "one `timeit` loop (auto-ranged, ≥ 0.2 s), with `trust_input` off, then on; "
+        f"{CALL_ROUNDS} rounds, each starting one process further along. A process's best "
+        "loop is one sample. This machine's speed drifts over minutes: the ratios compare "
+        "loops timed in the same minutes; a process's own layout in memory still moves its "
+        "figure by a tenth and more (radon: up to a third), hence several processes.",
         f"- *keys* ({OURS} only): timed in the warm process, after its compile: the pre-rewrite "
         "key of the graph as `pytensor.function` prepares it for rewriting, the graph kernel key "
         "of the rewritten graph. A warm hit computes the first and loads the second.",

@@ -16,15 +16,23 @@ For each repeat, model and mode, in a new work directory (empty caches, see
    edit is compiled after the base alone;
 7. linked build (``NUMBA_CACHE``): with ``NBCACHE_LINK_BACKGROUND=1``, a process
    asks for the base model's linked build; once its helper stored it, a new
-   process loads it and times calls (compared with ``NUMBA``'s warm figures).
+   process loads it.
 
 Each process is timed by the parent from its start to its first result; the
 process reports its in-process figures itself (see :mod:`.child`).
+
+Then, once every mode has run those steps, the model's calls are timed side by
+side: one more warm process per mode (and one served the linked build) stays
+alive, and the parent asks each in turn for one timed loop, in rounds whose order
+rotates, keeping each process's best. This machine's speed drifts over minutes;
+timed in the same minutes, the modes' per-call ratios are not that drift.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -35,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.child import FIRST_RESULT, OURS
-from benchmarks.modes import MODES, REPOSITORY, Mode, disk_usage
+from benchmarks.modes import BASELINE, MODES, REPOSITORY, Mode, disk_usage
 from numba_cache import settings
 from numba_cache.evaluation.models import RADON_EDITS, RADON_VARIANTS
 from numba_cache.kernels.helpers import linked_build as linked_build
@@ -44,6 +52,14 @@ from numba_cache.store import Store
 CHILD = Path(__file__).with_name("child.py")
 #: How long a linked build may take in its helper before the benchmark gives up on it.
 LINKED_BUILD_TIMEOUT = 1800.0
+#: Rounds of the side-by-side call timing; each times one loop (>= 0.2 s) per process and figure.
+CALL_ROUNDS = 7
+#: Warm processes timing calls, per mode: a process's own layout in memory moves its
+#: calls' time by a tenth and more (radon, side by side: up to a third), so each is
+#: one sample; the per-call targets compare numba_cache with NUMBA, other modes get one.
+CALL_PROCESSES = {OURS: 3, BASELINE: 3}
+#: The call figures each warm process is asked for, in each round.
+CALL_FIGURES = ("call", "call_trusted")
 
 
 @dataclass(frozen=True)
@@ -111,15 +127,82 @@ def run_child(spec: dict, environment: dict) -> dict:
                 lines.append(line)
         process.wait()
         if process.returncode != 0:
-            stderr.seek(0)
-            last = [line for line in stderr.read().splitlines() if line.strip()][-1:]
-            raise ChildFailed(f"{spec['mode']} {spec['function']}{spec['kwargs']}: {''.join(last)}")
-    report = json.loads(lines[-1])
+            raise _failed(spec, stderr)
+    report = _checked_report(lines[-1])
+    report["process_seconds"] = first_result
+    return report
+
+
+def _failed(spec: dict, stderr) -> ChildFailed:
+    stderr.seek(0)
+    last = [line for line in stderr.read().splitlines() if line.strip()][-1:]
+    return ChildFailed(f"{spec['mode']} {spec['function']}{spec['kwargs']}: {''.join(last)}")
+
+
+def _checked_report(line: str) -> dict:
+    report = json.loads(line)
     if not Path(report["numba_cache_package"]).is_relative_to(REPOSITORY):
         raise ChildFailed(f"the child imported the numba_cache at {report['numba_cache_package']}, "
                           f"not this checkout's ({REPOSITORY})")
-    report["process_seconds"] = first_result
     return report
+
+
+class CallServer(contextlib.AbstractContextManager):
+    """A warm benchmark process kept alive to time calls on request (``serve_calls``)."""
+
+    def __init__(self, spec: dict, environment: dict):
+        self._spec = dict(spec, serve_calls=True)
+        self._stderr = tempfile.TemporaryFile("w+")
+        self._process = subprocess.Popen(
+            [sys.executable, str(CHILD), json.dumps(self._spec)],
+            env=environment, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+            text=True,
+        )
+        lines = iter(self._process.stdout.readline, "")
+        if FIRST_RESULT not in (line.strip() for line in lines):
+            raise self._failure()
+        report = next((line for line in lines if line.startswith("{")), None)
+        if report is None:
+            raise self._failure()
+        self.report = _checked_report(report)
+
+    def time(self, figure: str) -> float:
+        """Microseconds per call of one timed loop, `figure` one of :data:`CALL_FIGURES`."""
+        try:
+            self._process.stdin.write(f"{figure}\n")
+            self._process.stdin.flush()
+        except BrokenPipeError:
+            raise self._failure() from None
+        answer = self._process.stdout.readline()
+        if not answer:
+            raise self._failure()
+        return float(answer)
+
+    def _failure(self) -> ChildFailed:
+        self._process.wait()
+        return _failed(self._spec, self._stderr)
+
+    def __exit__(self, *exc_info) -> None:
+        with contextlib.suppress(BrokenPipeError):
+            self._process.stdin.close()
+        self._process.wait()
+        self._stderr.close()
+
+
+def time_calls_side_by_side(servers: dict, rounds: int = CALL_ROUNDS) -> dict:
+    """Each of `servers`' best microseconds per call, by figure, in interleaved rounds.
+
+    Each round asks every server for one loop of each figure, starting one server
+    further along than the round before, so that no mode is always timed first.
+    """
+    labels = list(servers)
+    best = {label: dict.fromkeys(CALL_FIGURES, math.inf) for label in labels}
+    for round_number in range(rounds):
+        start = round_number % len(labels)
+        for label in labels[start:] + labels[:start]:
+            for figure in CALL_FIGURES:
+                best[label][figure] = min(best[label][figure], servers[label].time(figure))
+    return best
 
 
 def _figures_by_mode() -> defaultdict:
@@ -146,6 +229,9 @@ class Sequence:
 
     def __init__(self, model: Model, mode: Mode, results: Results, log):
         self.model, self.mode, self.results, self.log = model, mode, results, log
+        #: The warm processes timing calls once the steps ran: figure suffix -> their
+        #: environment and the cache events each must count.
+        self.call_servers: dict[str, tuple[dict, dict]] = {}
 
     def run(self, workdir: Path) -> None:
         environment = self.mode.environment(workdir)
@@ -160,11 +246,10 @@ class Sequence:
                       cold["compile_rss_bytes"] + cold["helper_rss_bytes"])
         self._add("nodes", cold["nodes"])
 
-        warm = self._step("warm", {}, environment, calls=True, keys=self.mode.name == OURS)
+        warm = self._step("warm", {}, environment, keys=self.mode.name == OURS)
         for figure, value in (
             ("warm", warm["compile_seconds"]), ("process", warm["process_seconds"]),
-            ("compiles_warm", warm["numba_compiles"]), ("call", warm["call_us"]),
-            ("call_trusted", warm["call_trusted_us"]),
+            ("compiles_warm", warm["numba_compiles"]),
             ("rewrite_key", warm.get("rewrite_key_ms")), ("graph_key", warm.get("graph_key_ms")),
         ):
             self._add(figure, value)
@@ -192,8 +277,6 @@ class Sequence:
             new_model = self._step("new model", self.model.new_model, environment)
             self._add("new_model", new_model["compile_seconds"])
             self._add("compiles_new_model", new_model["numba_compiles"])
-        if self.mode.name == OURS:
-            self._linked_build(environment, workdir / "store")
         for name in self.model.edits:
             # Caches hold paths into the work directory: restored in place, not copied elsewhere.
             shutil.rmtree(workdir)
@@ -204,9 +287,15 @@ class Sequence:
             self._add("compiles_edit", edited["numba_compiles"])
         if self.model.edits:
             shutil.rmtree(base)
+        self.call_servers = {"": (environment, {})}
+        if self.mode.name == OURS:
+            linked = dict(environment, NBCACHE_LINK_BACKGROUND="1")
+            self._linked_build(linked, workdir / "store")
+            # Only the process that opts in is served the linked build.
+            self.call_servers = {"": (environment, {"linking:served": None}),
+                                 "_linked": (linked, {"linking:served": 1})}
 
-    def _linked_build(self, environment: dict, store: Path) -> None:
-        linked = dict(environment, NBCACHE_LINK_BACKGROUND="1")
+    def _linked_build(self, linked: dict, store: Path) -> None:
         asked = self._step("linked build: asks for the build", {}, linked)
         if asked["cache_events"].get("linking:requested") != 1:
             raise ChildFailed(f"{self.model.name}: no linked build was asked for")
@@ -217,12 +306,23 @@ class Sequence:
             raise ChildFailed(f"{self.model.name}: the linked build failed or is still "
                               f"running: {store.linking_claims()}")
         self._add("linked_build", time.perf_counter() - started)
-        served = self._step("linked build: served", {}, linked, calls=True)
+        served = self._step("linked build: served", {}, linked)
         if served["cache_events"].get("linking:served") != 1:
             raise ChildFailed(f"{self.model.name}: the linked build was not served")
         self._add("warm_linked", served["compile_seconds"])
-        self._add("call_linked", served["call_us"])
-        self._add("call_trusted_linked", served["call_trusted_us"])
+
+    def start_call_server(self, suffix: str, stack: contextlib.ExitStack) -> CallServer:
+        """A warm process of this sequence's model and mode serving call timings: the
+        plain one (`suffix` "") or, for ``NUMBA_CACHE``, the one served the linked build."""
+        environment, expected_events = self.call_servers[suffix]
+        spec = {"function": self.model.function, "kwargs": {}, "mode": self.mode.pytensor_mode}
+        server = stack.enter_context(CallServer(spec, environment))
+        events = server.report.get("cache_events", {})
+        for event, count in expected_events.items():
+            if events.get(event) != count:
+                raise ChildFailed(f"{self.model.name}: the process timing calls{suffix} counted "
+                                  f"{event} {events.get(event)}, not {count}")
+        return server
 
     def _step(self, step: str, kwargs: dict, environment: dict, **measure) -> dict:
         spec = {"function": self.model.function, "kwargs": kwargs, "mode": self.mode.pytensor_mode}
@@ -250,18 +350,57 @@ class Sequence:
 def run_plan(plan: Plan, log) -> Results:
     """Run every repeat of `plan`; a failing model and mode is recorded and skipped."""
     results = Results()
+
+    def failed(model: Model, mode: Mode, failure: ChildFailed) -> None:
+        results.failures[model.name][mode.name] = str(failure)
+        log(f"{model.name:<6} {mode.name:<15} FAILED, skipped from now on: {failure}")
+
     for repeat in range(1, plan.repeat + 1):
         log(f"repeat {repeat}/{plan.repeat}")
         for model in plan.models:
-            for mode in plan.modes:
-                if mode.name in results.failures[model.name]:
-                    continue
-                workdir = Path(tempfile.mkdtemp(prefix="numba_cache_bench_"))
-                try:
-                    Sequence(model, mode, results, log).run(workdir)
-                except ChildFailed as failure:
-                    results.failures[model.name][mode.name] = str(failure)
-                    log(f"{model.name:<6} {mode.name:<15} FAILED, skipped from now on: {failure}")
-                finally:
+            workdirs, sequences = [], []
+            try:
+                for mode in plan.modes:
+                    if mode.name in results.failures[model.name]:
+                        continue
+                    workdirs.append(Path(tempfile.mkdtemp(prefix="numba_cache_bench_")))
+                    sequence = Sequence(model, mode, results, log)
+                    try:
+                        sequence.run(workdirs[-1])
+                        sequences.append(sequence)
+                    except ChildFailed as failure:
+                        failed(model, mode, failure)
+                _time_calls(sequences, results, log, failed)
+            finally:
+                for workdir in workdirs:
                     shutil.rmtree(workdir, ignore_errors=True)
     return results
+
+
+def _time_calls(sequences: list[Sequence], results: Results, log, failed) -> None:
+    """Time the calls of every mode that ran the model, side by side (the module docstring)."""
+    if not sequences:
+        return
+    model = sequences[0].model
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        for sequence in sequences:
+            try:
+                for suffix in sequence.call_servers:
+                    for process in range(CALL_PROCESSES.get(sequence.mode.name, 1)):
+                        servers[sequence.mode.name, suffix, process] = (
+                            sequence.start_call_server(suffix, stack))
+            except ChildFailed as failure:
+                failed(model, sequence.mode, failure)
+                servers = {key: server for key, server in servers.items()
+                           if key[0] != sequence.mode.name}
+        log(f"{model.name:<6} calls of {len(servers)} warm processes, side by side, "
+            f"{CALL_ROUNDS} rounds")
+        try:
+            best = time_calls_side_by_side(servers)
+        except ChildFailed as failure:
+            log(f"{model.name:<6} FAILED timing calls, none recorded: {failure}")
+            return
+    for (mode, suffix, _), figures in best.items():
+        for figure, microseconds in figures.items():
+            results.add(model.name, mode, f"{figure}{suffix}", microseconds)

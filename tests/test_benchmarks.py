@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.report import FIGURE, TARGETS
+from benchmarks.suite import CALL_PROCESSES
 
 RUN = Path(__file__).parents[1] / "benchmarks" / "run.py"
 
@@ -50,6 +51,11 @@ def test_smoke_run_writes_results_plot_and_samples(tmp_path):
     assert set(samples) == {"radon"}
     assert set(samples["radon"]) == {"NUMBA_CACHE", "NUMBA"}
     assert all(len(samples["radon"][mode]["cold"]) == 1 for mode in samples["radon"])
+    # Calls are timed side by side, by several processes of each mode compared.
+    for mode, figure in (("NUMBA_CACHE", "call"), ("NUMBA_CACHE", "call_trusted_linked"),
+                         ("NUMBA", "call_trusted")):
+        assert len(samples["radon"][mode][figure]) == CALL_PROCESSES[mode], (mode, figure)
+    assert "calls of 9 warm processes, side by side" in process.stdout
 
 
 PHASES = Path(__file__).parents[1] / "benchmarks" / "phases.py"
