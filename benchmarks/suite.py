@@ -22,10 +22,11 @@ Each process is timed by the parent from its start to its first result; the
 process reports its in-process figures itself (see :mod:`.child`).
 
 Then, once every mode has run those steps, the model's calls are timed side by
-side: one more warm process per mode (and one served the linked build) stays
-alive, and the parent asks each in turn for one timed loop, in rounds whose order
-rotates, keeping each process's best. This machine's speed drifts over minutes;
-timed in the same minutes, the modes' per-call ratios are not that drift.
+side: more warm processes of every mode (:data:`CALL_PROCESSES`; for
+``NUMBA_CACHE``, as many served the linked build) stay alive, and the parent asks
+each in turn for one timed loop, in rounds whose order rotates, keeping each
+process's best. This machine's speed drifts over minutes; timed in the same
+minutes, the modes' per-call ratios are not that drift.
 """
 
 from __future__ import annotations
@@ -179,8 +180,11 @@ class CallServer(contextlib.AbstractContextManager):
         return float(answer)
 
     def _failure(self) -> ChildFailed:
+        """What the process said before it ended (called once its stdout is at its end)."""
         self._process.wait()
-        return _failed(self._spec, self._stderr)
+        failure = _failed(self._spec, self._stderr)
+        self._stderr.close()
+        return failure
 
     def __exit__(self, *exc_info) -> None:
         with contextlib.suppress(BrokenPipeError):
