@@ -341,8 +341,8 @@ def _how_to_read(modes: list[str]) -> list[str]:
         "one `timeit` loop (auto-ranged, ≥ 0.2 s), with `trust_input` off, then on; "
         f"{CALL_ROUNDS} rounds, each starting one process further along. A process's best "
         "loop is one sample. This machine's speed drifts over minutes: the ratios compare "
-        "loops timed in the same minutes; a process's own layout in memory still moves its "
-        "figure by a tenth and more (radon: up to a third), hence several processes.",
+        "loops timed in the same minutes; two processes of one mode still differ "
+        "by a tenth and more (radon: up to a third), hence several processes.",
         f"- *keys* ({OURS} only): timed in the warm process, after its compile: the pre-rewrite "
         "key of the graph as `pytensor.function` prepares it for rewriting, the graph kernel key "
         "of the rewritten graph. A warm hit computes the first and loads the second.",

@@ -55,9 +55,9 @@ CHILD = Path(__file__).with_name("child.py")
 LINKED_BUILD_TIMEOUT = 1800.0
 #: Rounds of the side-by-side call timing; each times one loop (>= 0.2 s) per process and figure.
 CALL_ROUNDS = 7
-#: Warm processes timing calls, per mode: a process's own layout in memory moves its
-#: calls' time by a tenth and more (radon, side by side: up to a third), so each is
-#: one sample; the per-call targets compare numba_cache with NUMBA, other modes get one.
+#: Warm processes timing calls, per mode: two processes of one mode, timed side by side,
+#: differ by a tenth and more (radon: up to a third; why is not known), so each is one
+#: sample; the per-call targets compare numba_cache with NUMBA, other modes get one.
 CALL_PROCESSES = {OURS: 3, BASELINE: 3}
 #: The call figures each warm process is asked for, in each round.
 CALL_FIGURES = ("call", "call_trusted")
