@@ -35,6 +35,8 @@ FIRST_RESULT = "FIRST_RESULT"
 OURS = "NUMBA_CACHE"
 #: timeit repeats per call figure; each repeat runs for at least 0.2 s (``Timer.autorange``).
 CALL_REPEATS = 5
+#: The call figures a process serving calls times: ``trust_input`` off, then on.
+CALL_FIGURES = ("call", "call_trusted")
 
 
 def _standalone(module: str):
@@ -73,8 +75,8 @@ def _serve_calls(function, point) -> None:
     loops = {}
     for request in sys.stdin:
         figure = request.strip()
-        if figure not in ("call", "call_trusted"):
-            raise ValueError(f"unknown request {figure!r}: expected 'call' or 'call_trusted'")
+        if figure not in CALL_FIGURES:
+            raise ValueError(f"unknown request {figure!r}: expected one of {CALL_FIGURES}")
         function.trust_input = figure == "call_trusted"
         if figure not in loops:
             loops[figure], _ = timer.autorange()

@@ -43,7 +43,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.child import FIRST_RESULT, OURS
+from benchmarks.child import CALL_FIGURES, FIRST_RESULT, OURS
 from benchmarks.modes import BASELINE, MODES, REPOSITORY, Mode, disk_usage
 from numba_cache import settings
 from numba_cache.evaluation.models import RADON_EDITS, RADON_VARIANTS
@@ -59,8 +59,6 @@ CALL_ROUNDS = 7
 #: differ by a tenth and more (radon: up to a third; why is not known), so each is one
 #: sample; the per-call targets compare numba_cache with NUMBA, other modes get one.
 CALL_PROCESSES = {OURS: 3, BASELINE: 3}
-#: The call figures each warm process is asked for, in each round.
-CALL_FIGURES = ("call", "call_trusted")
 
 
 @dataclass(frozen=True)
