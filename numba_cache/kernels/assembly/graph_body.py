@@ -166,6 +166,7 @@ class _StepEmitter:
         self.returned, self.embedded, self.lifted = set(returned), embedded, lifted
         self.owned = {name for step in steps for name in step.outputs}
         self.last_use = {name: index for index, step in enumerate(steps) for name in step.inputs}
+        self.views: dict = {}  # array type -> _one_element_view (llvmlite parses a module for it)
 
     def emit(self, builder, indices: range, values: dict, slots: dict,
              made: Callable | None = None) -> None:
@@ -219,7 +220,9 @@ class _StepEmitter:
         element = cgutils.gep_inbounds(builder, data, position)
         if not isinstance(value_type, types.Array):
             return builder.load(element)
-        view, data_position, data_type = _one_element_view(context, value_type)
+        if value_type not in self.views:
+            self.views[value_type] = _one_element_view(context, value_type)
+        view, data_position, data_type = self.views[value_type]
         if element.type != data_type:
             element = builder.bitcast(element, data_type)
         return builder.insert_value(view, element, data_position)
@@ -321,12 +324,17 @@ class _StepEmitter:
 
         context = self.context
         offset_of, end, alignment = {}, 0, 1
+        layouts: dict = {}  # numba type -> (size, alignment): llvmlite parses a module for each
         for name in names:
-            value_type = context.get_value_type(self.value_types[name])
-            value_alignment = context.get_abi_alignment(value_type)
+            value_type = self.value_types[name]
+            if value_type not in layouts:
+                llvm_type = context.get_value_type(value_type)
+                layouts[value_type] = (context.get_abi_sizeof(llvm_type),
+                                       context.get_abi_alignment(llvm_type))
+            size, value_alignment = layouts[value_type]
             end = -(-end // value_alignment) * value_alignment
             offset_of[name] = end
-            end += context.get_abi_sizeof(value_type)
+            end += size
             alignment = max(alignment, value_alignment)
         byte = ir.IntType(8)
         with builder.goto_entry_block():
