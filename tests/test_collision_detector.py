@@ -171,7 +171,8 @@ def test_normalized_ir_ignores_numba_unique_ids_only():
 def test_normalized_ir_ignores_what_a_process_s_history_changes_not_the_code():
     """The same kernel compiled in two processes: numba reused a subroutine it had compiled
     for another kernel (its environment pointer, a ``freeze``, other value numbers), and
-    pickled its constants with other type numbers. A swapped operand is still seen."""
+    pickled its constants with other type numbers, so of other lengths, which the code
+    passes to ``numba_unpickle``. A swapped operand is still seen."""
     first = (
         '@.const.pickledata.88b9 = internal constant [518 x i8] c"\\80\\04_code\\94K\\19"\n'
         "define i64 @f(i64 %arg.x.5.1) {\n"
@@ -180,6 +181,8 @@ def test_normalized_ir_ignores_what_a_process_s_history_changes_not_the_code():
         "  %.463.not.i = icmp eq i64 %arg.x.5.1.fr.i, 1\n"
         "  %.470 = sub i64 %.463.not.i, %arg.x.5.1\n"
         "  call void @g(ptr @.const.picklebuf.88b9)\n"
+        "  %.471 = call ptr @numba_unpickle(ptr nonnull @.const.pickledata.88b9, i32 518, "
+        "ptr nonnull @.const.pickledata.88b9.sha1)\n"
         "  ret i64 %.470\n"
         "}\n")
     second = (
@@ -190,6 +193,8 @@ def test_normalized_ir_ignores_what_a_process_s_history_changes_not_the_code():
         "  %.478.not.i = icmp eq i64 %arg.x.5.1, 1\n"
         "  %.485 = sub i64 %.478.not.i, %arg.x.5.1\n"
         "  call void @g(ptr @.const.picklebuf.3a2a)\n"
+        "  %.486 = call ptr @numba_unpickle(ptr nonnull @.const.pickledata.3a2a, i32 13485, "
+        "ptr nonnull @.const.pickledata.3a2a.sha1)\n"
         "  ret i64 %.485\n"
         "}\n")
     assert normalized_ir(first) == normalized_ir(second)

@@ -975,14 +975,14 @@ def test_verify_checks_what_entries_promise_each_other(tmp_path):
 def test_the_entry_layout_is_the_format_stores_already_hold():
     """Blob names and encodings are stored format: these are what stores written before
     hold, and changing one goes with a new key format version (numba_cache/versions.py),
-    or a new name (the IR digest's "ir2:", whose "ir:" predecessor is not misread: it is
-    not read at all)."""
+    or a new name (the IR digest's "ir3:", whose "ir:" and "ir2:" predecessors are not
+    misread: they are not read at all)."""
     from numba_cache.store import entry_layout as layout
 
     signature = "(float64,)"
     assert layout.overload_blob_names(signature) == (
         f"kernel:{signature}", f"symbols:{signature}", f"op-links:{signature}",
-        f"ir2:{signature}", "objmode_blocks", "objmode_namespaces")
+        f"ir3:{signature}", "objmode_blocks", "objmode_namespaces")
     assert (layout.WARNINGS_BLOB, layout.CFUNC_LINKS_BLOB, layout.SOURCE_BLOB) == (
         "warnings", "links", "source")
     assert (layout.RUNTIME_OBJECT_BLOB, layout.RUNTIME_BITCODE_BLOB,

@@ -43,10 +43,11 @@ from .entry import is_sha256_hex
 _OVERLOAD_PREFIX = "kernel:"
 _SYMBOLS_PREFIX = "symbols:"
 _OP_LINKS_PREFIX = "op-links:"
-#: "ir2:" digests leave out what differs with the process's history (pickled constants,
-#: local names, ``freeze``: :mod:`numba_cache.kernels.outcomes.collisions`); the "ir:"
-#: digests of older entries are not compared, rather than seen as collisions.
-_IR_DIGEST_PREFIX = "ir2:"
+#: "ir3:" digests leave out what differs with the process's history (pickled constants
+#: and their lengths, local names, ``freeze``: :mod:`numba_cache.kernels.outcomes.collisions`);
+#: the "ir:" and "ir2:" digests of older entries (ir2 counted the lengths) are not
+#: compared, rather than seen as collisions.
+_IR_DIGEST_PREFIX = "ir3:"
 
 
 def overload_blob_name(signature) -> str:

@@ -81,7 +81,7 @@ def _normalized_pieces(llvm_ir: str, function_name: str | None = None) -> Iterat
         # A newline ahead, so that the patterns of whole lines see the first one too.
         text = "\n" + "".join(_without_unique_ids(llvm_ir[start:end], function_name))
         if "@.const.pick" in text or "@_ZN08NumbaEnv" in text:
-            text = _PICKLE_NAME.sub(r"\1", _PROCESS_NOISE.sub("", text))
+            text = _PICKLE_NAME.sub(r"\1", _PICKLE_LENGTH.sub(r"\1_", _PROCESS_NOISE.sub("", text)))
         for function_starts, piece in _functions(text[1:]):
             if function_starts:
                 yield names.end_function()
@@ -133,6 +133,8 @@ def _without_names(text: str, function_name: str | None) -> str:
 #: in local names: :class:`_LocalNames`).
 _PROCESS_NOISE = re.compile(r"\n(?:@\.const\.pick(?:ledata|lebuf)\.|@_ZN08NumbaEnv)[^\n]*")
 _PICKLE_NAME = re.compile(r"(@\.const\.pick(?:ledata|lebuf)\.)[0-9a-f]+")
+#: The length of pickled data numba passes to ``numba_unpickle`` with it.
+_PICKLE_LENGTH = re.compile(r"(@\.const\.pickledata\.[0-9a-f]*, i\d+ )\d+")
 _FREEZE = re.compile(r"\n[ \t]*(%[-\w$.]+) = freeze \S+ (%[-\w$.]+)(?=\n)")
 _LABEL = re.compile(r"\n([-\w$.]+):")
 _LOCAL = re.compile(r"(%[-\w$.]+)")
