@@ -213,3 +213,39 @@ def test_a_body_with_op_kernels_linked_in_is_one_function(tmp_path):
     assert warm["values"] == linked["values"]
     assert max_ulp_distance([np.asarray(value) for value in linked["values"]],
                             [np.asarray(value) for value in by_symbol["values"]]) <= NUMBA_ULP_BOUND
+
+
+SAME_CODE = """
+import json
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import numba_cache
+from numba_cache.kernels.assembly import graph_body
+from numba_cache.kernels.context import current_context
+from numba_cache.store import entry_layout
+graph_body.CALLS_PER_FUNCTION = 1
+
+x = pt.dvector("x")
+# Split in parts, several values returned: they pass through the frame.
+outputs = [pt.cumsum(x), pt.sort(x), pt.concatenate([x, x]), pt.outer(x, x), pt.exp(x)]
+pytensor.function([x], outputs, mode="NUMBA_CACHE")(np.linspace(0.0, 1.0, 4))
+context = current_context()
+digests = sorted(
+    entry_layout.decode_digest(data)
+    for info in context.store.entries(kind="graph")
+    for name, data in context.store.read(info.fingerprint, info.key).blobs.items()
+    if name.startswith(entry_layout.ir_digest_blob_name("")))
+print(json.dumps({{"digests": digests, "stats": dict(numba_cache.session_stats())}}))
+"""
+
+
+def test_a_split_body_is_the_same_code_whatever_the_process_s_hash_seed(tmp_path):
+    """The code of a graph kernel is a function of its graph: two cold processes with
+    other hash seeds store the same IR (the collision detector compares it: a value
+    loaded from the frame in a set's order made a sound entry read as a collision)."""
+    digests = [run_python(SAME_CODE.format(), {"NBCACHE_DIR": str(tmp_path / seed),
+                                                "PYTHONHASHSEED": seed})
+               for seed in ("1", "2", "3")]
+    for result in digests:
+        assert result["stats"].get("graph.miss") == 1 and len(result["digests"]) == 1
+    assert digests[0]["digests"] == digests[1]["digests"] == digests[2]["digests"]

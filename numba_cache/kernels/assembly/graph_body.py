@@ -163,7 +163,9 @@ class _StepEmitter:
     def __init__(self, context, value_types: dict, steps: list, calls: list, returned: list,
                  embedded: dict, lifted: dict):
         self.context, self.value_types, self.steps, self.calls = context, value_types, steps, calls
-        self.returned, self.embedded, self.lifted = set(returned), embedded, lifted
+        # Ordered: the values returned are loaded in this order, the same in every process
+        # (a set's order of strings is the process's hash seed's, and so would the code be).
+        self.returned, self.embedded, self.lifted = dict.fromkeys(returned), embedded, lifted
         self.owned = {name for step in steps for name in step.outputs}
         self.last_use = {name: index for index, step in enumerate(steps) for name in step.inputs}
         self.views: dict = {}  # array type -> _one_element_view (llvmlite parses a module for it)
