@@ -47,6 +47,8 @@ PHASES = (
     ("rewrite cache: lookup, keys and (on a miss) rewriting", "numba_cache.rewritten.rewrite_cache",
      "CachedRewriteFunctionMaker.prepare_fgraph"),
     ("  PyTensor's graph rewrites", "pytensor.compile.maker", "FunctionMaker.prepare_fgraph"),
+    ("    inplace checks (PyTensor's DestroyHandler validating each replacement)",
+     "pytensor.graph.destroyhandler", "DestroyHandler.on_validate"),
     ("graph kernel: key, source, lookup, conversion on a miss", "numba_cache.kernels.assembly.graph_kernel",
      "graph_kernel"),
     ("  graph kernel key", "numba_cache.kernels.assembly.graph_kernel", "graph_kernel_key"),
