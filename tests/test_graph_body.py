@@ -235,7 +235,7 @@ digests = sorted(
     for info in context.store.entries(kind="graph")
     for name, data in context.store.read(info.fingerprint, info.key).blobs.items()
     if name.startswith(entry_layout.ir_digest_blob_name("")))
-print(json.dumps({{"digests": digests, "stats": dict(numba_cache.session_stats())}}))
+print(json.dumps({"digests": digests, "stats": dict(numba_cache.session_stats())}))
 """
 
 
@@ -243,8 +243,7 @@ def test_a_split_body_is_the_same_code_whatever_the_process_s_hash_seed(tmp_path
     """The code of a graph kernel is a function of its graph: two cold processes with
     other hash seeds store the same IR (the collision detector compares it: a value
     loaded from the frame in a set's order made a sound entry read as a collision)."""
-    digests = [run_python(SAME_CODE.format(), {"NBCACHE_DIR": str(tmp_path / seed),
-                                                "PYTHONHASHSEED": seed})
+    digests = [run_python(SAME_CODE, {"NBCACHE_DIR": str(tmp_path / seed), "PYTHONHASHSEED": seed})
                for seed in ("1", "2", "3")]
     for result in digests:
         assert result["stats"].get("graph.miss") == 1 and len(result["digests"]) == 1
