@@ -109,6 +109,11 @@ def record_path(root: Path, fingerprint: str, key: str) -> Path:
     return root / fingerprint / key[:2] / f"{key}.nbk"
 
 
+def side_files(root: Path, directory: str) -> list[Path]:
+    """The side files of every fingerprint under `directory` (``by_code``, ``op_keys``...)."""
+    return sorted(root.glob(f"*/{directory}/*"))
+
+
 def remove(root: Path, kinds) -> int:
     """Delete the records of these kinds only (what eviction or a lost file leaves)."""
     addresses = entries_of(root, kinds)

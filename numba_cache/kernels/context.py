@@ -35,6 +35,9 @@ class CacheContext:
     fingerprint: Fingerprint
     enabled: bool
     op_kernels: dict = field(default_factory=dict, compare=False, repr=False)
+    #: Whether an op kernel's conversion reads a static length or a constant, by its key
+    #: digest, once checked (:mod:`numba_cache.kernels.assembly.remembered_op_keys`).
+    lengths_read: dict = field(default_factory=dict, compare=False, repr=False)
     #: The PyTensor flags and numba settings the fingerprint was read under
     #: (:func:`compile_state`), put back in force around a compile (:func:`flags_in_force`).
     state: dict = field(default_factory=dict, compare=False, repr=False)

@@ -30,6 +30,7 @@ from pytensor.graph.type import Type
 from pytensor.tensor.type import TensorType
 
 from numba_cache.codegen.lifted_constants import lifted_positions, summary
+from numba_cache.codegen.sources import passed_in_pack
 from numba_cache.keys.canonical import canonical, digest, props_description, qualified_name
 from numba_cache.keys.constants import hidden_constants
 from numba_cache.keys.foreign_code import conversion_code_digest
@@ -186,9 +187,11 @@ def _tagged(description, variable):
 
 
 def hidden_description(constant) -> list:
-    """A hidden constant's type without its content: dtype, shape and layout flags."""
+    """A hidden constant's type without its content: dtype, shape and layout flags (within
+    :func:`kernel_level_types`, which of its lengths are 1 instead of its shape)."""
     data = constant.data
-    return ["hidden", describe_type(constant.type), data.dtype.str, list(data.shape),
+    shape = _known_to_be_one(data.shape) if _KERNEL_LEVEL_TYPES.get() else list(data.shape)
+    return ["hidden", describe_type(constant.type), data.dtype.str, shape,
             bool(data.flags.writeable)]
 
 
@@ -212,7 +215,8 @@ def _op_digest(op, lifted: tuple) -> str:
 
 
 def describe_graph(fgraph, hide_constants: bool = False, order=None,
-                   lift_constants: bool = False) -> GraphDescription:
+                   lift_constants: bool = False, pack_constants: bool = False
+                   ) -> GraphDescription:
     """Describe `fgraph` by content (see the module docstring).
 
     With `hide_constants`, constants passed to kernels as arguments are described
@@ -220,7 +224,9 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None,
     so are the constants lifted out of fused kernels, which a graph kernel passes
     to them at run time (see :mod:`numba_cache.codegen.lifted_constants`): by their
     type and position among their node's. Only for graph kernel keys: rewriting
-    reads those values. `order` is the node order of the per-node details (a
+    reads those values. With `pack_constants`, so are the one-element constants a
+    graph kernel passes in packs (:func:`numba_cache.codegen.sources.passed_in_pack`),
+    by their type. `order` is the node order of the per-node details (a
     topological order; ``fgraph.toposort()`` by default): the digest does not
     depend on it.
     """
@@ -239,9 +245,13 @@ def describe_graph(fgraph, hide_constants: bool = False, order=None,
             if not isinstance(variable, Constant):
                 raise ValueError(f"{variable} is neither an input, a constant nor computed")
             position = lifted.get(id(variable))
-            references[variable] = _tagged(
-                ["constant", constant_digest(variable)] if position is None
-                else ["lifted", digest(describe_type(variable.type)), position], variable)
+            if position is not None:
+                described = ["lifted", digest(describe_type(variable.type)), position]
+            elif pack_constants and passed_in_pack(variable):
+                described = ["packed", digest(describe_type(variable.type))]
+            else:
+                described = ["constant", constant_digest(variable)]
+            references[variable] = _tagged(described, variable)
         return references[variable]
 
     op_digests: dict = {}
@@ -291,6 +301,8 @@ def _short(reference: list) -> str:
         return f"hidden[{rest[1]}]:{rest[0][:12]}"
     if kind == "lifted":
         return f"lifted[{rest[1]}]:{rest[0][:12]}"
+    if kind == "packed":
+        return f"packed:{rest[0][:12]}"
     return f"node:{rest[0][:12]}[{rest[1]}]"
 
 

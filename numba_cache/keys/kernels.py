@@ -107,6 +107,34 @@ def graph_code_key(graph_key: Key, generated, op_kernel_keys: list[str]) -> Key:
     )
 
 
+def lengths_free_key(graph_key: Key, fgraph, order: list) -> Key:
+    """`graph_key`'s graph (nodes in `order`) described at kernel level: without its static
+    lengths other than 1, nor its hidden constants' (:func:`kernel_level_types`), and its
+    one-element constants by type, as the graph kernel passes them in packs.
+
+    The same model on data of other lengths has this key. It names the op kernels
+    its steps call (:mod:`numba_cache.kernels.assembly.remembered_op_keys`) when each
+    of their conversions was found to read no length; with those, the graph
+    kernel's code key is made without converting an op.
+    """
+    with kernel_level_types():
+        description = describe_graph(fgraph, hide_constants=True, lift_constants=True,
+                                     pack_constants=True, order=order)
+    return Key.from_components(
+        "graph",
+        f"{graph_key.summary}, of any static lengths",
+        {
+            **{name: graph_key.components[name]
+               for name in ("fingerprint", "codegen", "body", "op_calls")},
+            "by": "kernel-level types",
+            "graph": description.digest,
+            "inputs": description.inputs,
+            "outputs": description.outputs,
+            "nodes": [node["node"] for node in description.nodes],
+        },
+    )
+
+
 def op_kernel_key(node, pytensor_key: str, fingerprint) -> Key:
     op = node.op
     with kernel_level_types():

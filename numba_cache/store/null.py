@@ -81,6 +81,12 @@ class NullStore:
     def record_graph_of_code(self, fingerprint: str, code: str, key: str) -> None:
         pass
 
+    def op_keys_of(self, fingerprint: str, graph: str) -> list[str] | None:
+        return None
+
+    def record_op_keys_of(self, fingerprint: str, graph: str, keys: list[str]) -> None:
+        pass
+
     def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
         return False
 

@@ -1,9 +1,11 @@
 """Side files of a fingerprint's directory: what its digest stands for, registry digests,
-which graph kernel holds a given code, and which linked graph kernels are being built.
+which graph kernel holds a given code, which op kernels a graph of any static lengths
+calls, and which linked graph kernels are being built.
 
 None is needed to load a kernel: they explain a miss ("numba 0.68.0 became
-0.69.0"), save a rewrite-registry recomputation, or find a graph kernel another
-graph of the same code compiled (:func:`numba_cache.keys.kernels.graph_code_key`).
+0.69.0"), save a rewrite-registry recomputation, find a graph kernel another
+graph of the same code compiled (:func:`numba_cache.keys.kernels.graph_code_key`),
+or save converting a graph's ops to learn that code.
 So all are written atomically and silently (a failure costs time, never a
 result), and an unreadable or damaged file reads as unknown. The code index
 names an entry, which may have been evicted or damaged since: then it is a miss.
@@ -26,6 +28,9 @@ FINGERPRINT_NAME = "fingerprint.json"
 REGISTRIES_NAME = "registries.json"
 #: The directory of the code index: one file per code key, holding a graph key.
 CODE_INDEX_NAME = "by_code"
+#: The directory of remembered op kernel keys: one file per lengths-free graph key
+#: (:func:`numba_cache.keys.kernels.lengths_free_key`), naming the op kernels of its steps.
+OP_KEYS_NAME = "op_keys"
 #: The directory of the linking claims: one file per linked graph kernel being built,
 #: or whose build failed (:mod:`numba_cache.kernels.helpers.linked_build`).
 LINKING_NAME = "linking"
@@ -135,6 +140,29 @@ class SideFiles:
         with contextlib.suppress(OSError):
             self._backend.put_file(self._root / fingerprint / CODE_INDEX_NAME / code, key.encode())
 
+    def op_keys_of(self, fingerprint: str, graph: str) -> list[str] | None:
+        """The op kernel keys recorded for lengths-free graph key `graph`, one per step of its
+        graph kernel, or None."""
+        check_name("fingerprint", fingerprint)
+        if not is_sha256_hex(graph):
+            raise ValueError(f"graph key must be a sha256 hex digest, got {graph!r}")
+        try:
+            keys = (self._root / fingerprint / OP_KEYS_NAME / graph).read_bytes().decode().split()
+        except (OSError, ValueError):
+            return None
+        return keys if keys and all(is_sha256_hex(key) for key in keys) else None
+
+    def record_op_keys_of(self, fingerprint: str, graph: str, keys: list[str]) -> None:
+        """Remember that the steps of lengths-free graph key `graph` call op kernels `keys`."""
+        check_name("fingerprint", fingerprint)
+        if not (is_sha256_hex(graph) and keys and all(is_sha256_hex(key) for key in keys)):
+            raise ValueError("graph and op kernel keys must be sha256 hex digests")
+        if not self._writable() or self.op_keys_of(fingerprint, graph) == keys:
+            return
+        with contextlib.suppress(OSError):
+            self._backend.put_file(self._root / fingerprint / OP_KEYS_NAME / graph,
+                                   "\n".join(keys).encode())
+
     def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
         """Whether this process may build linked graph kernel `key`: none claimed it within
         `stale_after` seconds (a build still running) and no build of it failed within
@@ -222,6 +250,13 @@ class SideFilesOfStore:
 
     def record_graph_of_code(self, fingerprint: str, code: str, key: str) -> None:
         self._side_files.record_graph_of_code(fingerprint, code, key)
+
+    def op_keys_of(self, fingerprint: str, graph: str) -> list[str] | None:
+        """The op kernel keys recorded for lengths-free graph key `graph` (:mod:`.side_files`)."""
+        return self._side_files.op_keys_of(fingerprint, graph)
+
+    def record_op_keys_of(self, fingerprint: str, graph: str, keys: list[str]) -> None:
+        self._side_files.record_op_keys_of(fingerprint, graph, keys)
 
     def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
         """Whether this process may build linked graph kernel `key` (:mod:`.side_files`)."""

@@ -2,6 +2,7 @@
 
 - :mod:`.graph_kernel`: the graph kernel, level 2 of the cache (:doc:`how-it-works`);
 - :mod:`.conversion`: PyTensor ops converted to op kernels, on a miss only;
+- :mod:`.remembered_op_keys`: a graph of other static lengths served without converting;
 - :mod:`.graph_body`: a graph kernel's body, its op kernel calls emitted as one
   intrinsic, with the types :mod:`.predicted_types` predicts;
 - :mod:`.symbol_calls`: calls from one numba function to another's code by symbol;

@@ -114,6 +114,11 @@ def _no_key_verdict(op, said: list[dict]) -> Uncacheable:
     )
 
 
+def pytensor_key_of(node, context):
+    """PyTensor's cache key of converting `node` on its own (an op kernel's, to compare)."""
+    return _funcify(node, context, {}, {})[1]
+
+
 def _funcify(node, context, storage_map: dict, ofg_memo: dict):
     """PyTensor's numba implementation of `node` and its cache key.
 

@@ -29,7 +29,8 @@ from numba_cache.kernels.assembly import op_links
 from numba_cache.kernels.outcomes import replay, report
 from numba_cache.kernels.protocol.graph_cache import GraphKernelCache
 from numba_cache.kernels.helpers.compile_ahead import CompileAhead
-from numba_cache.kernels.assembly.conversion import op_kernel
+from numba_cache.kernels.assembly import remembered_op_keys
+from numba_cache.kernels.assembly.conversion import op_kernel, pytensor_key_of
 from numba_cache.kernels.protocol.dispatcher import cached_dispatcher
 from numba_cache.kernels.assembly.glue import GlueCompiler
 from numba_cache.kernels.assembly.graph_body import graph_body
@@ -42,6 +43,7 @@ from numba_cache.keys.kernels import (
     LINKED,
     graph_code_key,
     graph_kernel_key,
+    lengths_free_key,
     op_calls_setting,
 )
 from numba_cache.keys.order import execution_order
@@ -82,6 +84,13 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
     function = compile_function(generated.source, name, context.source_label(key, verdict))
     storage_map = {} if storage_map is None else storage_map
     called_by_symbol: list = []
+    remembering = _may_remember(context, op_calls, verdict)
+    lengths_free: list = []  # its lengths-free key, once made
+
+    def lengths_free_key_of_graph():
+        if not lengths_free:
+            lengths_free.append(lengths_free_key(key, fgraph, order))
+        return lengths_free[0]
 
     def prepare() -> Uncacheable | None:
         from pytensor.link.numba.dispatch.basic import numba_typify
@@ -97,6 +106,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
         kernel_servers: dict = {}  # global name of a step's kernel -> its serve function
         kernel_nodes: dict = {}  # global name of a step's kernel -> the node it computes
         kernel_keys: dict = {}  # global name of a step's kernel -> its key digest, if stored
+        stored_kernels: dict = {}  # the same -> its node, its key, PyTensor's key of its node
         steps = []
         for step in generated.steps:
             node, step, as_written = _computed(generated.kernels[step.kernel], step)
@@ -110,6 +120,8 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
             op_cache = numba_internals.dispatcher_cache(dispatcher)
             if op_verdict is None and op_cache.verdict is None:
                 kernel_keys[step.kernel] = op_cache.key.digest
+                stored_kernels[step.kernel] = (node, op_cache.key,
+                                               op_cache.key.components["pytensor_key"])
             steps.append(step)
             if op_verdict is not None:
                 uncacheable_ops.append(f"{node.op} ({op_verdict.reason})")
@@ -129,8 +141,26 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
                 "contains-uncacheable",
                 "it links uncacheable op kernels: " + ", ".join(uncacheable_ops[:5]),
             )
-        cache.also_by_code(_code_key(key, generated, op_calls, steps, kernel_keys))
+        code_key = _code_key(key, generated, op_calls, steps, kernel_keys)
+        cache.also_by_code(code_key)
+        if code_key is not None and remembering and not context.store.readonly:
+            try:
+                remembered_op_keys.remember(
+                    context, lengths_free_key_of_graph(), steps, stored_kernels,
+                    lambda node: pytensor_key_of(node, context))
+            except Exception as exc:  # it only saves later conversions: never fail a compile
+                report.logger.debug("graph %s: op kernel keys not remembered: %r", key.short, exc)
         return None
+
+    def found_by_remembered_op_keys():
+        """The stored graph kernel of this graph's code, its op kernel keys remembered, or None."""
+        try:
+            code_key = remembered_op_keys.remembered_code_key(
+                context, lengths_free_key_of_graph(), key, generated)
+        except Exception as exc:  # keying never fails a compile: the ops are converted
+            report.logger.debug("graph %s: no remembered op kernel keys: %r", key.short, exc)
+            return None
+        return None if code_key is None else cache.found_by_code(code_key)
 
     linked = None
     if context.settings.link_in_background and op_calls == BY_SYMBOL and verdict is None:
@@ -141,7 +171,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
         function, cache, called_from_python=True, fastmath=config.numba__fastmath,
         pipeline_class=GlueCompiler,
     )
-    _tell_what_conversion_tells(cache)
+    _tell_what_conversion_tells(cache, found_by_remembered_op_keys if remembering else None)
     return GraphKernel(dispatcher, [*(hidden_value(constant) for constant in generated.hidden),
                                     *generated.pack_values()])
 
@@ -218,15 +248,26 @@ def _compile_ahead(context, steps: list, nodes: dict, keys: dict, serve) -> Comp
                         lambda counter, n: report.record(context, counter, n), context.settings)
 
 
-def _tell_what_conversion_tells(cache: GraphKernelCache) -> None:
+def _may_remember(context, op_calls: str, verdict) -> bool:
+    """Whether a graph's op kernel keys may be remembered, and a graph served by them
+    (:mod:`.remembered_op_keys`): a keyed graph calling stored op kernels by symbol,
+    and no hit compiled again to compare (the collision detector converts)."""
+    return (context.enabled and op_calls == BY_SYMBOL and verdict is None
+            and not context.settings.verify_hits)
+
+
+def _tell_what_conversion_tells(cache: GraphKernelCache, remembered) -> None:
     """Warn or raise now, inside ``pytensor.function()``, as PyTensor's ``NUMBA`` does.
 
     On a miss the graph is converted now (numba still compiles at the first
     call, as with ``NUMBA``), so its warnings and conversion errors reach the
     user here; on a hit, the stored warnings of that conversion are told again
-    (:mod:`.replay`) and nothing is converted.
+    (:mod:`.replay`) and nothing is converted: a hit of its own key, or of a graph
+    of its code found by ``remembered()`` (:mod:`.remembered_op_keys`), if given.
     """
     entry = cache.prefetch()
+    if entry is None and remembered is not None:
+        entry = remembered()
     if entry is not None and entry.cacheable:
         if said := entry_layout.decode_warnings(entry.blobs.get(entry_layout.WARNINGS_BLOB)):
             replay.emit(said)

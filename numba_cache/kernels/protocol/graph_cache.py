@@ -4,7 +4,9 @@ A graph kernel's entry lists the op kernels it calls by symbol (:mod:`.op_links`
 they are loaded before it, or it is not loaded. Once its ops are converted, a
 graph kernel is also known by its code (:meth:`GraphKernelCache.also_by_code`):
 the store's code index names the graph kernel last stored with that code, which
-serves a miss of this graph's own key (and is stored under it).
+serves a miss of this graph's own key (and is stored under it). A code key made
+without converting (:mod:`.remembered_op_keys`) serves only a graph kernel stored
+(:meth:`GraphKernelCache.found_by_code`).
 
 Under the ``link_in_background`` setting, the graph's linked build
 (:mod:`.linked_build`), when stored, serves first; otherwise this kernel serves,
@@ -36,6 +38,8 @@ class GraphKernelCache(KernelCache):
         self._op_calls = op_calls
         self._function_name = function_name
         self._code_key = None
+        #: The graph kernel of another key, of this one's code, read by found_by_code.
+        self._by_code: Entry | None = None
         self._prefetched: Entry | None = None
         self._unmet_reported = False
         self._linked = None if context.settings.verify_hits else linked
@@ -60,7 +64,23 @@ class GraphKernelCache(KernelCache):
 
     def also_by_code(self, code_key) -> None:
         """Look a miss up, and index what is compiled, by `code_key` too (or not, if None)."""
-        self._code_key = code_key
+        self._code_key, self._by_code = code_key, None
+
+    def found_by_code(self, code_key) -> Entry | None:
+        """The stored graph kernel the code index names for `code_key`, read ahead for the
+        lookup it then serves (:meth:`_same_code`), or None (nothing changes then).
+        For a code key made without converting this graph's ops: a miss converts them."""
+        if not self._persistent or self._verdict is not None:
+            return None
+        store, fingerprint = self._context.store, self._context.fingerprint.digest
+        other = store.graph_of_code(fingerprint, code_key.digest)
+        if other is None or other == self._key.digest:
+            return None
+        entry = store.load(fingerprint, other)
+        if entry is None or not entry.cacheable or entry.kind != "graph":
+            return None
+        self._code_key, self._by_code = code_key, entry
+        return entry
 
     def prefetch(self) -> Entry | None:
         """The stored entry, read ahead of numba's first lookup (which then uses it); the
@@ -107,10 +127,14 @@ class GraphKernelCache(KernelCache):
         if self._code_key is None or self._verdict is not None:
             return None
         store, fingerprint = self._context.store, self._context.fingerprint.digest
-        other = store.graph_of_code(fingerprint, self._code_key.digest)
-        if other is None or other == self._key.digest:
-            return None
-        entry = store.load(fingerprint, other)
+        remembered, self._by_code = self._by_code, None
+        if remembered is not None:
+            entry = remembered
+        else:
+            other = store.graph_of_code(fingerprint, self._code_key.digest)
+            if other is None or other == self._key.digest:
+                return None
+            entry = store.load(fingerprint, other)
         if (entry is None or not entry.cacheable or entry.kind != "graph"
                 or entry_layout.overload_blob_name(sig) not in entry.blobs):
             return None
@@ -118,6 +142,8 @@ class GraphKernelCache(KernelCache):
         if compiled is None:
             return None
         report.record(self._context, "graph_by_code.hit")
+        if remembered is not None:
+            report.record(self._context, "op_keys.remembered")
         report.lookup(self._context, self._key, "hit")
         blobs = self._existing_blobs()
         blobs.update(_overload_blobs(entry.blobs, sig))
