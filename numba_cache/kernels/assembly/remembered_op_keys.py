@@ -86,6 +86,8 @@ def remember(context, lengths_free, steps: list, kernels: dict, convert: Callabl
     a static length or a constant. `kernels` maps a step's kernel to its node, its op
     kernel key and PyTensor's key of that node's conversion. Checked once per op kernel
     in a process (``context.lengths_read``)."""
+    if not steps:  # nothing converted, nothing to remember
+        return
     checked = context.lengths_read
     for step in steps:
         node, key, pytensor_key = kernels[step.kernel]
