@@ -109,9 +109,10 @@ def record_path(root: Path, fingerprint: str, key: str) -> Path:
     return root / fingerprint / key[:2] / f"{key}.nbk"
 
 
-def side_files(root: Path, directory: str) -> list[Path]:
-    """The side files of every fingerprint under `directory` (``by_code``, ``op_keys``...)."""
-    return sorted(root.glob(f"*/{directory}/*"))
+def side_files(root: Path, name: str, directory: bool = True) -> list[Path]:
+    """The side files of every fingerprint under the directory `name` (``by_code``,
+    ``op_keys``...), or named `name` if not a `directory`."""
+    return sorted(root.glob(f"*/{name}/*" if directory else f"*/{name}"))
 
 
 def remove(root: Path, kinds) -> int:

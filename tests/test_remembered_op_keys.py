@@ -11,6 +11,8 @@ damaged or names other kernels converts.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import store_states
@@ -93,6 +95,21 @@ def test_an_op_whose_conversion_reads_a_length_is_converted(tmp_path, private_st
     alone = compile_graph(6, kernel=4, env={"NBCACHE_DIR": str(tmp_path / "alone")})
     assert other["values"] == alone["values"]
     assert_like_numba(other, 6, kernel=4)
+
+
+def test_each_op_kernel_is_checked_once_and_its_verdict_kept(private_store):
+    """The verdicts (does the conversion read a length?) are kept beside the entries, by op
+    kernel key: Convolve1d's is True, those of the steps before it False (the check stops
+    there). A damaged record reads as empty: the kernels are checked again."""
+    compile_graph(6, kernel=3)
+    [record] = store_states.side_files(private_store, "lengths_read.json", directory=False)
+    verdicts = json.loads(record.read_text())["reads"]
+    assert list(verdicts.values()).count(True) == 1 and list(verdicts.values()).count(False) >= 1
+    record.write_bytes(b"{garbage")
+    other = compile_graph(6, kernel=4)
+    assert other["converted"] and "op_keys.remembered" not in other["stats"]
+    rewritten = json.loads(record.read_text())["reads"]  # the new Convolve1d kernel's verdict
+    assert list(rewritten.values()).count(True) == 1 and rewritten.keys() != verdicts.keys()
 
 
 def test_a_missing_damaged_or_foreign_record_converts(private_store):

@@ -87,6 +87,12 @@ class NullStore:
     def record_op_keys_of(self, fingerprint: str, graph: str, keys: list[str]) -> None:
         pass
 
+    def lengths_read(self, fingerprint: str) -> dict[str, bool]:
+        return {}
+
+    def record_lengths_read(self, fingerprint: str, found: dict[str, bool]) -> None:
+        pass
+
     def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
         return False
 

@@ -31,6 +31,8 @@ CODE_INDEX_NAME = "by_code"
 #: The directory of remembered op kernel keys: one file per lengths-free graph key
 #: (:func:`numba_cache.keys.kernels.lengths_free_key`), naming the op kernels of its steps.
 OP_KEYS_NAME = "op_keys"
+#: Whether an op kernel's conversion reads a static length or a constant, by its key.
+LENGTHS_READ_NAME = "lengths_read.json"
 #: The directory of the linking claims: one file per linked graph kernel being built,
 #: or whose build failed (:mod:`numba_cache.kernels.helpers.linked_build`).
 LINKING_NAME = "linking"
@@ -163,6 +165,34 @@ class SideFiles:
             self._backend.put_file(self._root / fingerprint / OP_KEYS_NAME / graph,
                                    "\n".join(keys).encode())
 
+    def lengths_read(self, fingerprint: str) -> dict[str, bool]:
+        """Whether each op kernel's conversion was found to read a static length or a
+        constant, by the op kernel's key; an unreadable or damaged record reads as empty."""
+        check_name("fingerprint", fingerprint)
+        try:
+            recorded = json.loads((self._root / fingerprint / LENGTHS_READ_NAME).read_bytes())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
+            return {}
+        found = recorded.get("reads")
+        if not isinstance(found, dict):
+            return {}
+        return {key: reads for key, reads in found.items()
+                if is_sha256_hex(key) and isinstance(reads, bool)}
+
+    def record_lengths_read(self, fingerprint: str, found: dict[str, bool]) -> None:
+        """Add `found` (op kernel key to whether its conversion reads a length) to the record;
+        written atomically (a concurrent writer can win the race, costing a later
+        process a check again), silently, since it only saves time."""
+        check_name("fingerprint", fingerprint)
+        if not self._writable() or not found:
+            return
+        known = self.lengths_read(fingerprint) | found
+        text = json.dumps({"fingerprint": fingerprint, "reads": known}, sort_keys=True)
+        with contextlib.suppress(OSError):
+            self._backend.put_file(self._root / fingerprint / LENGTHS_READ_NAME, text.encode())
+
     def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
         """Whether this process may build linked graph kernel `key`: none claimed it within
         `stale_after` seconds (a build still running) and no build of it failed within
@@ -257,6 +287,13 @@ class SideFilesOfStore:
 
     def record_op_keys_of(self, fingerprint: str, graph: str, keys: list[str]) -> None:
         self._side_files.record_op_keys_of(fingerprint, graph, keys)
+
+    def lengths_read(self, fingerprint: str) -> dict[str, bool]:
+        """Whether op kernels' conversions read a static length, by key (:mod:`.side_files`)."""
+        return self._side_files.lengths_read(fingerprint)
+
+    def record_lengths_read(self, fingerprint: str, found: dict[str, bool]) -> None:
+        self._side_files.record_lengths_read(fingerprint, found)
 
     def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
         """Whether this process may build linked graph kernel `key` (:mod:`.side_files`)."""

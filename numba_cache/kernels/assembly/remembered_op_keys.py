@@ -84,16 +84,23 @@ def remembered_code_key(context, lengths_free, graph_key, generated):
 def remember(context, lengths_free, steps: list, kernels: dict, convert: Callable) -> None:
     """Record the op kernel keys of `steps` under `lengths_free` if no conversion of theirs reads
     a static length or a constant. `kernels` maps a step's kernel to its node, its op
-    kernel key and PyTensor's key of that node's conversion. Checked once per op kernel
-    in a process (``context.lengths_read``)."""
+    kernel key and PyTensor's key of that node's conversion. Each op kernel is checked
+    once: the verdicts are kept in the process (``context.lengths_read``) and the store."""
     if not steps:  # nothing converted, nothing to remember
         return
+    fingerprint = context.fingerprint.digest
     checked = context.lengths_read
-    for step in steps:
-        node, key, pytensor_key = kernels[step.kernel]
-        if key.digest not in checked:
-            checked[key.digest] = not reads_no_lengths(node, pytensor_key, convert)
-        if checked[key.digest]:
-            return
-    context.store.record_op_keys_of(context.fingerprint.digest, lengths_free.digest,
+    checked.update(context.store.lengths_read(fingerprint))
+    found: dict[str, bool] = {}
+    try:
+        for step in steps:
+            node, key, pytensor_key = kernels[step.kernel]
+            if key.digest not in checked:
+                checked[key.digest] = found[key.digest] = not reads_no_lengths(
+                    node, pytensor_key, convert)
+            if checked[key.digest]:
+                return
+    finally:
+        context.store.record_lengths_read(fingerprint, found)
+    context.store.record_op_keys_of(fingerprint, lengths_free.digest,
                                     [kernels[step.kernel][1].digest for step in steps])
