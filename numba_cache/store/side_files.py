@@ -106,20 +106,24 @@ class SideFiles:
             self._backend.put_file(self._root / fingerprint / REGISTRIES_NAME, text.encode())
 
     def _registries(self, fingerprint: str) -> dict[str, str]:
-        check_name("fingerprint", fingerprint)
-        try:
-            recorded = json.loads((self._root / fingerprint / REGISTRIES_NAME).read_bytes())
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
-            return {}
-        known = recorded.get("complete")
-        if not isinstance(known, dict):
-            return {}
+        known = self._json_table(fingerprint, REGISTRIES_NAME, "complete")
         return {
             partial: complete for partial, complete in known.items()
             if is_sha256_hex(partial) and isinstance(complete, str) and is_sha256_hex(complete)
         }
+
+    def _json_table(self, fingerprint: str, name: str, field: str) -> dict:
+        """The table `field` of the JSON side file `name` of `fingerprint`; empty when the
+        file is missing, unreadable, damaged or another fingerprint's."""
+        check_name("fingerprint", fingerprint)
+        try:
+            recorded = json.loads((self._root / fingerprint / name).read_bytes())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
+            return {}
+        table = recorded.get(field)
+        return table if isinstance(table, dict) else {}
 
     def graph_of_code(self, fingerprint: str, code: str) -> str | None:
         """The key of the graph kernel last stored with the code key `code`, or None."""
@@ -168,16 +172,7 @@ class SideFiles:
     def lengths_read(self, fingerprint: str) -> dict[str, bool]:
         """Whether each op kernel's conversion was found to read a static length or a
         constant, by the op kernel's key; an unreadable or damaged record reads as empty."""
-        check_name("fingerprint", fingerprint)
-        try:
-            recorded = json.loads((self._root / fingerprint / LENGTHS_READ_NAME).read_bytes())
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(recorded, dict) or recorded.get("fingerprint") != fingerprint:
-            return {}
-        found = recorded.get("reads")
-        if not isinstance(found, dict):
-            return {}
+        found = self._json_table(fingerprint, LENGTHS_READ_NAME, "reads")
         return {key: reads for key, reads in found.items()
                 if is_sha256_hex(key) and isinstance(reads, bool)}
 
