@@ -72,6 +72,13 @@ class GraphKernelCache(KernelCache):
         For a code key made without converting this graph's ops: a miss converts them."""
         if not self._persistent or self._verdict is not None:
             return None
+        entry = self._entry_of_code(code_key)
+        if entry is not None:
+            self._code_key, self._by_code = code_key, entry
+        return entry
+
+    def _entry_of_code(self, code_key) -> Entry | None:
+        """The stored graph kernel of another key the code index names for `code_key`."""
         store, fingerprint = self._context.store, self._context.fingerprint.digest
         other = store.graph_of_code(fingerprint, code_key.digest)
         if other is None or other == self._key.digest:
@@ -79,7 +86,6 @@ class GraphKernelCache(KernelCache):
         entry = store.load(fingerprint, other)
         if entry is None or not entry.cacheable or entry.kind != "graph":
             return None
-        self._code_key, self._by_code = code_key, entry
         return entry
 
     def prefetch(self) -> Entry | None:
@@ -128,15 +134,8 @@ class GraphKernelCache(KernelCache):
             return None
         store, fingerprint = self._context.store, self._context.fingerprint.digest
         remembered, self._by_code = self._by_code, None
-        if remembered is not None:
-            entry = remembered
-        else:
-            other = store.graph_of_code(fingerprint, self._code_key.digest)
-            if other is None or other == self._key.digest:
-                return None
-            entry = store.load(fingerprint, other)
-        if (entry is None or not entry.cacheable or entry.kind != "graph"
-                or entry_layout.overload_blob_name(sig) not in entry.blobs):
+        entry = remembered if remembered is not None else self._entry_of_code(self._code_key)
+        if entry is None or entry_layout.overload_blob_name(sig) not in entry.blobs:
             return None
         compiled = self._rebuilt(entry, sig, target_context)
         if compiled is None:
