@@ -128,6 +128,40 @@ def test_a_warm_compile_forks_no_helper(cold_runs):
     assert "compiled_ahead:helper" not in cold_runs["warm"]["stats"]
 
 
+LAYOUTS = """
+import json
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import numba_cache
+
+x = pt.vector("x")
+outputs = {outputs}
+values = pytensor.function([x], outputs, mode="NUMBA_CACHE")(np.linspace(-1.0, 1.0, 9))
+print(json.dumps({{"stats": dict(numba_cache.session_stats()),
+                  "values": [np.asarray(value).tolist() for value in values]}}))
+"""
+
+
+def test_a_stored_op_kernel_called_with_a_new_layout_starts_the_helper(tmp_path):
+    """The store holds ``exp`` for a contiguous vector; a new graph calls it on a strided
+    view (the same op kernel, a signature it lacks), then a new ``cumsum`` last. The
+    typing's first compile is that ``exp``, so the helper starts there and compiles the
+    ``cumsum`` ahead (started at the new kernel only, the last step, it would have
+    nothing ahead to do); the bits are those of the graph compiled alone."""
+    store = {"NBCACHE_DIR": str(tmp_path / "store"), "NBCACHE_COMPILE_AHEAD": "1"}
+    first = run_python(LAYOUTS.format(outputs="[pt.exp(x), x[::2]]"), env=store)
+    assert first["stats"]["graph.miss"] == 1
+    strided = LAYOUTS.format(outputs="[pt.cumsum(pt.exp(x[::2]))]")
+    helped = run_python(strided, env=store)
+    alone = run_python(strided, env={"NBCACHE_DIR": str(tmp_path / "alone"),
+                                     "NBCACHE_COMPILE_AHEAD": "0"})
+    stats = helped["stats"]
+    assert stats["compiled_ahead:helper"] == 1, stats
+    assert stats["op.compiled_ahead"] == 1, stats
+    assert stats.get("compiled_ahead:unused", 0) == 0, stats
+    assert helped["values"] == alone["values"]
+
+
 SECOND_THREAD = ("stop = threading.Event()\n"
                  "threading.Thread(target=stop.wait, daemon=True).start()")
 

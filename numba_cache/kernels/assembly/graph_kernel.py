@@ -106,6 +106,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
         kernel_servers: dict = {}  # global name of a step's kernel -> its serve function
         kernel_nodes: dict = {}  # global name of a step's kernel -> the node it computes
         kernel_keys: dict = {}  # global name of a step's kernel -> its key digest, if stored
+        kernel_caches: dict = {}  # the same -> its op kernel cache
         stored_kernels: dict = {}  # the same -> its node, its key, PyTensor's key of its node
         steps = []
         for step in generated.steps:
@@ -120,6 +121,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
             op_cache = numba_internals.dispatcher_cache(dispatcher)
             if op_verdict is None and op_cache.verdict is None:
                 kernel_keys[step.kernel] = op_cache.key.digest
+                kernel_caches[step.kernel] = op_cache
                 stored_kernels[step.kernel] = (node, op_cache.key,
                                                op_cache.key.components["pytensor_key"])
             steps.append(step)
@@ -134,7 +136,7 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
 
         namespace[GRAPH_BODY] = graph_body(
             generated.arguments, embedded, steps, generated.returned, serve, lifted,
-            _compile_ahead(context, steps, kernel_nodes, kernel_keys, serve),
+            _compile_ahead(context, steps, kernel_nodes, kernel_keys, kernel_caches, serve),
             whole=op_calls == LINKED)
         if uncacheable_ops:
             return Uncacheable(
@@ -237,14 +239,14 @@ def _server(dispatcher, context, op_calls: str, called: list):
     return serve
 
 
-def _compile_ahead(context, steps: list, nodes: dict, keys: dict, serve) -> CompileAhead | None:
+def _compile_ahead(context, steps: list, nodes: dict, keys: dict, caches: dict,
+                   serve) -> CompileAhead | None:
     """A helper compiling the graph's op kernels ahead of its typing, under the setting
     (:mod:`.compile_ahead`), when this process may write the store."""
     if not (context.settings.compile_ahead and context.enabled and not context.store.readonly):
         return None
-    fingerprint = context.fingerprint.digest
     return CompileAhead(steps, {kernel: node.outputs for kernel, node in nodes.items()}, serve,
-                        keys.get, lambda digest: context.store.has(fingerprint, digest),
+                        keys.get, lambda kernel, signature: caches[kernel].holds(signature),
                         lambda counter, n: report.record(context, counter, n), context.settings)
 
 

@@ -3,9 +3,9 @@
 numba types a graph kernel's body in the graph's order, compiling each op kernel
 the first time it meets it (:mod:`.graph_body`): on a cold compile, one op kernel
 after another, on one core. When the typing meets the first op kernel the store
-does not hold, this process starts a helper. The helper compiles the op kernels
-from the graph's end backwards, for the numba types it predicts their arguments
-have, and stores them; the typing, going forwards, loads what the helper stored
+does not hold (by key, or for the numba types it is called with), this process
+starts a helper. The helper compiles the op kernels from the graph's end backwards,
+for the numba types it predicts their arguments have, and stores them; the typing, going forwards, loads what the helper stored
 (the store's entry lock makes it wait for a kernel the helper is compiling), and
 the two meet in the middle. The helper stops there, or is stopped when the typing
 ends (SIGKILL: the store survives a writer killed at any point).
@@ -60,8 +60,9 @@ class CompileAhead:
     `steps` are the body's steps; `outputs` maps a step's kernel to the PyTensor
     variables it computes; ``serve(kernel, signature)`` compiles (or loads) a step's
     op kernel, as the typing does; ``key_of(kernel)`` is the key digest of a step's
-    op kernel when it is stored, else None; ``stored(digest)`` tells whether the
-    store holds it; ``record(counter, n)`` counts a helper started
+    op kernel when it is stored, else None; ``stored(kernel, signature)`` tells whether
+    serving a step's kernel for that signature will load it (from this process or the
+    store), not compile it; ``record(counter, n)`` counts a helper started
     (``compiled_ahead:helper``; ``compiled_ahead:spawned`` too if spawned), each op
     kernel it stored that the typing did not load (``compiled_ahead:unused``), and
     each value of the graph whose type would have been predicted wrongly
@@ -89,7 +90,9 @@ class CompileAhead:
         if self._stop is not None:
             POSITION.pack_into(self._position, 0, index)
             self.read_announcements()
-        elif not self._tried and self._will_compile(self._steps[index].kernel):
+        elif not self._tried and self._will_compile(
+                self._steps[index].kernel,
+                tuple(value_types[name] for name in self._steps[index].inputs)):
             self._tried = True
             with contextlib.suppress(Exception):  # no helper then: the typing goes on alone
                 self._start(index, value_types)
@@ -134,15 +137,16 @@ class CompileAhead:
                 announced = state.announced_op_kernels if kind == "op" else state.blocks_ahead
                 announced.add((digest, signature))
 
-    def _will_compile(self, kernel: str) -> bool:
-        """Whether a step's op kernel is stored by key, not yet in the store. A kernel
-        found stored is not asked about again: a graph of stored ops (a new model) has
-        far more steps than kernels."""
+    def _will_compile(self, kernel: str, signature: tuple) -> bool:
+        """Whether a step's op kernel, stored by key, will be compiled for `signature`: a
+        new kernel, or a stored one lacking that signature (a view of another layout).
+        What is found loadable is not asked about again: a graph of stored ops (a new
+        model) has far more steps than kernels."""
         digest = self._key_of(kernel)
-        if digest is None or digest in self._found_stored:
+        if digest is None or (digest, signature) in self._found_stored:
             return False
-        if self._stored(digest):
-            self._found_stored.add(digest)
+        if self._stored(kernel, signature):
+            self._found_stored.add((digest, signature))
             return False
         return True
 
@@ -213,7 +217,7 @@ class CompileAhead:
 
     def _compile_forked(self, item: tuple) -> None:
         kernel, signature = item
-        if self._will_compile(kernel):
+        if self._will_compile(kernel, signature):
             self._serve(kernel, signature)
 
     def _spawn(self, work: list, position: int, announce: int) -> Callable | None:

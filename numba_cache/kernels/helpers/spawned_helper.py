@@ -41,7 +41,6 @@ def main(argv: list[str], given) -> None:
     context = adopt_state(payload)
     if not context.enabled:
         return
-    fingerprint = context.fingerprint.digest
 
     def compile_one(item: tuple) -> None:
         digest, pickled = item
@@ -49,7 +48,7 @@ def main(argv: list[str], given) -> None:
         dispatcher, verdict = op_kernel(node, context, {}, {}, {})
         cache = numba_internals.dispatcher_cache(dispatcher)
         if (verdict is None and cache.verdict is None and cache.key.digest == digest
-                and not context.store.has(fingerprint, digest)):
+                and not cache.holds(signature)):
             with numba_internals.full_refresh():
                 dispatcher.compile(signature)
 

@@ -12,11 +12,24 @@ from numba_cache.kernels.assembly import op_links
 from numba_cache.kernels.outcomes import report
 from numba_cache.kernels.protocol.cache import KernelCache
 from numba_cache.kernels.protocol.lookup import Hit, Source
-from numba_cache.store import Entry
+from numba_cache.store import Entry, entry_layout
 
 
 class OpKernelCache(KernelCache):
     """numba cache object of one op kernel's key."""
+
+    _prefetched: tuple | None = None  # (signature, entry) read by :meth:`holds`
+
+    def holds(self, sig) -> bool:
+        """Whether serving `sig` will load this op kernel rather than compile it: this
+        process serves it, or its stored entry has code for `sig`. The entry read here
+        is the one the lookup for `sig` that follows uses (read once)."""
+        if op_links.compiled(self._key.digest, sig) is not None:
+            return True
+        entry = self._context.store.load(self._context.fingerprint.digest, self._key.digest)
+        self._prefetched = (sig, entry)
+        return (entry is not None and entry.cacheable
+                and entry_layout.overload_blob_name(sig) in entry.blobs)
 
     def sources(self) -> list[Source]:
         return [
@@ -34,6 +47,12 @@ class OpKernelCache(KernelCache):
         loaded = self._persistent and op_links.loaded_from_store(self._key.digest, sig)
         return Hit(compiled, stored_entry=self._cacheable_entry if loaded else None,
                    serve=lambda: self._reused(sig, compiled))
+
+    def _own_entry(self, sig, target_context) -> Hit | None:
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] == sig and prefetched[1] is not None:
+            return self._stored_hit(prefetched[1], sig, target_context)
+        return super()._own_entry(sig, target_context)
 
     def _cacheable_entry(self) -> Entry | None:
         entry = self._context.store.load(self._context.fingerprint.digest, self._key.digest)
