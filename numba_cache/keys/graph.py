@@ -36,11 +36,20 @@ from numba_cache.keys.constants import hidden_constants
 from numba_cache.keys.foreign_code import conversion_code_digest
 
 
+#: Op classes converted by code of ours that reads only part of the op, with what it
+#: reads (``reads(op)``): under :func:`kernel_level_types`, such an op is described by
+#: that part, so that its op kernel's key and a lengths-free graph key do not hold the
+#: rest (an inner graph built for one length). Registered by the conversions
+#: (:mod:`numba_cache.kernels.assembly.length_generic`).
+KERNEL_LEVEL_OPS: dict[type, Callable] = {}
+
+
 def describe_op(op) -> list:
     """JSON description of an op, including its inplace (destroy/view) maps, and the
     code from outside PyTensor that converts it (a user's op), if any."""
+    reads = KERNEL_LEVEL_OPS.get(type(op)) if _KERNEL_LEVEL_TYPES.get() else None
     description = [
-        canonical(op),
+        ["kernel-level", qualified_name(type(op)), reads(op)] if reads else canonical(op),
         canonical(getattr(op, "destroy_map", {})),
         canonical(getattr(op, "view_map", {})),
     ]

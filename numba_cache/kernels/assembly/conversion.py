@@ -18,6 +18,7 @@ from pathlib import Path
 from numba_cache import session
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import identifier, kernel_source
+from numba_cache.kernels.assembly.length_generic import length_generic
 from numba_cache.kernels.outcomes import replay
 from numba_cache.kernels.protocol.dispatcher import cached_dispatcher
 from numba_cache.kernels.protocol.op_cache import OpKernelCache
@@ -46,7 +47,7 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict, converted: dict)
         return context.op_kernels[digest], None
     op = node.op
     with replay.recording() as said:
-        impl, pytensor_key = _funcify(node, context, storage_map, ofg_memo)
+        impl, pytensor_key = _converted(node, context, storage_map, ofg_memo)
     verdict = registered_reason(op)
     if verdict is None and pytensor_key is None:
         verdict = _no_key_verdict(op, said)
@@ -115,8 +116,16 @@ def _no_key_verdict(op, said: list[dict]) -> Uncacheable:
 
 
 def pytensor_key_of(node, context):
-    """PyTensor's cache key of converting `node` on its own (an op kernel's, to compare)."""
-    return _funcify(node, context, {}, {})[1]
+    """The cache key of converting `node` on its own (an op kernel's, to compare)."""
+    return _converted(node, context, {}, {})[1]
+
+
+def _converted(node, context, storage_map: dict, ofg_memo: dict) -> tuple:
+    """`node`'s numba implementation and its cache key: ours for an op whose PyTensor
+    conversion bakes a length in (:mod:`.length_generic`), else PyTensor's."""
+    if (generic := length_generic(node.op, node)) is not None:
+        return generic
+    return _funcify(node, context, storage_map, ofg_memo)
 
 
 def _funcify(node, context, storage_map: dict, ofg_memo: dict):
