@@ -87,3 +87,26 @@ def test_allocdiag_still_has_the_props_and_inner_graph_the_conversion_reproduces
     computed = pytensor.function([vector], node.outputs[0], mode="FAST_COMPILE")(
         np.arange(1.0, 5.0))
     assert np.array_equal(computed, np.diag(np.arange(1.0, 5.0), k=-1))
+
+
+def test_a_conversion_registered_for_allocdiag_is_used_instead_of_ours():
+    """A numba conversion registered for ``AllocDiag`` itself (by a user, or by PyTensor
+    one day) takes precedence: ours steps aside, and the op kernel is the registered one's."""
+    code = """
+import json
+import pytensor.tensor as pt
+from pytensor.link.numba.dispatch.basic import numba_njit, register_funcify_and_cache_key
+from pytensor.tensor.basic import AllocDiag
+from numba_cache.kernels.assembly.length_generic import length_generic
+
+node = pt.diag(pt.vector("v", shape=(4,))).owner
+before = length_generic(node.op, node) is not None
+
+@register_funcify_and_cache_key(AllocDiag)
+def registered(op, node=None, **kwargs):
+    return numba_njit(lambda diagonal: diagonal), "registered"
+
+print(json.dumps({"before": before, "after": length_generic(node.op, node) is not None}))
+"""
+    result = run_python(code)
+    assert (result["before"], result["after"]) == (True, False)

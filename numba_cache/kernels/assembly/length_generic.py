@@ -11,7 +11,9 @@ cannot be served from remembered op kernel keys (:mod:`.remembered_op_keys`).
 The conversions registered here (by op type, as PyTensor's dispatch registers its own)
 serve every length with one kernel. Each only moves values, no floating-point
 arithmetic: its results are PyTensor's bit for bit, whatever the code around them.
-A node a conversion does not handle (a batched diagonal, say) gets PyTensor's.
+A node a conversion does not handle (a batched diagonal, say) gets PyTensor's, and
+so does an op class for which a numba conversion of its own has been registered
+(by PyTensor or a user) in place of the inner graph's.
 """
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ def _source_digest(conversion) -> str:
     return hashlib.sha256(inspect.getsource(conversion).encode()).hexdigest()[:16]
 
 
+def _pytensor_converts_inner_graph(op) -> bool:
+    """Whether PyTensor converts `op` by compiling its inner graph, as for any
+    ``OpFromGraph``: not if a conversion of its own class was registered since (by
+    PyTensor, or by a user who wants theirs), which is then used."""
+    try:
+        from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+        from pytensor.link.numba.dispatch.compile_ops import numba_funcify_OpFromGraph
+    except ImportError:  # PyTensor moved it: its conversion, as for any op
+        return False
+    return numba_funcify_and_cache_key.dispatch(type(op)) is numba_funcify_OpFromGraph
+
+
 def _alloc_diag_reads(op) -> dict:
     """All :func:`_alloc_diag` reads of the op."""
     return {"axis1": op.axis1, "axis2": op.axis2, "offset": op.offset}
@@ -47,7 +61,8 @@ def _alloc_diag(op, node) -> tuple | None:
     (``zeros``, then ``set_subtensor`` at ``arange`` indices) computes it."""
     from pytensor.link.numba.dispatch.basic import numba_njit
 
-    if node.inputs[0].type.ndim != 1 or (op.axis1, op.axis2) != (0, 1):
+    if (node.inputs[0].type.ndim != 1 or (op.axis1, op.axis2) != (0, 1)
+            or not _pytensor_converts_inner_graph(op)):
         return None
     offset = int(op.offset)
     first_row, first_column, extra = max(0, -offset), max(0, offset), abs(offset)
