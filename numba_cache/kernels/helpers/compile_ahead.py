@@ -7,8 +7,9 @@ does not hold (by key, or for the numba types it is called with), this process
 starts a helper. The helper compiles the op kernels from the graph's end backwards,
 for the numba types it predicts their arguments have, and stores them; the typing,
 going forwards, loads what the helper stored (the store's entry lock makes it wait
-for a kernel the helper is compiling), and the two meet in the middle. The helper stops there, or is stopped when the typing
-ends (SIGKILL: the store survives a writer killed at any point).
+for a kernel the helper is compiling), and the two meet in the middle. The helper
+stops there, or is stopped when the typing ends (SIGKILL: the store survives a
+writer killed at any point).
 
 The helper changes no result: what the typing loads is the kernel it would have
 compiled, for the same signature, as a later process would load it. A prediction
