@@ -50,7 +50,7 @@ class OpKernelCache(KernelCache):
 
     def _own_entry(self, sig, target_context) -> Hit | None:
         prefetched, self._prefetched = self._prefetched, None
-        if prefetched is not None and prefetched[0] == sig and prefetched[1] is not None:
+        if prefetched is not None and prefetched[0] == sig:  # an entry or None, just read
             return self._stored_hit(prefetched[1], sig, target_context)
         return super()._own_entry(sig, target_context)
 
