@@ -36,7 +36,9 @@ CODEGEN = 6
 #: (``keys/kernels.py``: ``graph_code_key``), their IR digested without their name.
 #: 5: a lifted one-element tensor is a constant view with its address put in, and a body
 #: split in parts makes its embedded constants in the parts only (less IR to build).
-GRAPH_BODY = 5
+#: 6: a failed call's error propagates in 3 instructions and one block
+#: (``_compat/numba_internals.py``: ``propagate_unless_ok``), not numba's 9 and 4.
+GRAPH_BODY = 6
 
 #: The stored form of an object-mode block, part of its key.
 #: 1: its environment is rebuilt by ``kernels/runtime/detached.py`` (from the names its

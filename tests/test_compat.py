@@ -78,6 +78,24 @@ def test_a_call_function_made_otherwise_fails_its_seam(monkeypatch):
     assert "no longer makes a call as call_reusing_slots repeats it" in problem
 
 
+def test_an_error_propagated_otherwise_fails_its_seam(monkeypatch):
+    """propagate_unless_ok returns a failed call's error as numba's return_status_propagate
+    does: a propagation that, say, returns inside try blocks too fails its seam."""
+    from numba.core import callconv
+
+    def return_status_propagate(self, builder, status):
+        excptr = self._get_excinfo_argument(builder.function)
+        builder.store(status.excinfoptr, excptr)
+        self._return_errcode_raw(builder, status.code)
+
+    [seam] = [seam for seam in SEAMS if seam.name.startswith("CPUCallConv.return_status_propagate")]
+    assert _compat.problems([seam]) == []
+    monkeypatch.setattr(callconv.CPUCallConv, "return_status_propagate", return_status_propagate)
+    [problem] = _compat.problems([seam])
+    assert "no longer returns a call's error as propagate_unless_ok does" in problem
+    assert "builder.if_then(builder.not_(trystatus.in_try))" in problem
+
+
 def test_the_data_property_is_installed_only_while_rewriting(tmp_path, monkeypatch):
     """numba_cache watches data reads through a property on TensorConstant.data while it
     rewrites; before and after, the class is PyTensor's own."""

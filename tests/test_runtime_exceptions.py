@@ -16,14 +16,16 @@ import pytest
 from helpers import run_python
 
 RAISE_IN_KERNELS = """
-import json, warnings
+import json, os, warnings
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 from pytensor.compile.mode import Mode
 
 import numba_cache
+from numba_cache.kernels.assembly import graph_body
 
+graph_body.CALLS_PER_FUNCTION = int(os.environ.get("CALLS_PER_FUNCTION", "100"))
 warnings.simplefilter("error")  # a store path that warns fails the compile, as in -W error
 x, sizes = pt.vector("x"), pt.lvector("sizes")
 cases = {
@@ -48,9 +50,13 @@ print(json.dumps({"raised": raised, "works": [w.tolist() for w in works],
 """
 
 
-@pytest.mark.parametrize("link_ops", ["0", "1"], ids=["by-symbol", "op-kernels-linked"])
-def test_runtime_valued_exception_is_the_same_cold_and_warm(link_ops):
-    env = {"NBCACHE_LINK_OPS": link_ops}
+@pytest.mark.parametrize(("link_ops", "calls_per_function"),
+                         [("0", "100"), ("0", "1"), ("1", "100")],
+                         ids=["by-symbol", "by-symbol-split", "op-kernels-linked"])
+def test_runtime_valued_exception_is_the_same_cold_and_warm(link_ops, calls_per_function):
+    """Split (a function per call), the exception passes from its call's function through
+    the graph kernel's, each returning it."""
+    env = {"NBCACHE_LINK_OPS": link_ops, "CALLS_PER_FUNCTION": calls_per_function}
     cold = run_python(RAISE_IN_KERNELS, env=env)
     warm = run_python(RAISE_IN_KERNELS, env=env)
     assert warm["stats"].get("graph.hit") == 1 and "graph.miss" not in warm["stats"], warm["stats"]
@@ -65,13 +71,15 @@ def test_runtime_valued_exception_is_the_same_cold_and_warm(link_ops):
 
 
 FAILING_CALLS = """
-import json
+import json, os
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 
 import numba_cache
+from numba_cache.kernels.assembly import graph_body
 
+graph_body.CALLS_PER_FUNCTION = int(os.environ.get("CALLS_PER_FUNCTION", "100"))
 shared_after = {}
 
 def difference_and_gradient(mode):
@@ -108,12 +116,16 @@ print(json.dumps({"outcomes": outcomes, "shared_after": shared_after,
 """
 
 
-def test_a_failing_call_fails_where_numbas_does_cold_and_warm():
+@pytest.mark.parametrize("calls_per_function", ["100", "1"], ids=["one-function", "split"])
+def test_a_failing_call_fails_where_numbas_does_cold_and_warm(calls_per_function):
     """Two checks fail in the first case: the first to run names the exception (NUMBA
     runs the gradient's broadcast Assert first). In the second, NUMBA has run the
     inplace update of `c` when the addition fails. The kernel runs its nodes in
-    NUMBA's order, in a process that rewrote the graph and in one that restored it."""
-    cold, warm = (run_python(FAILING_CALLS) for _ in range(2))
+    NUMBA's order, in a process that rewrote the graph and in one that restored it;
+    split (a function per call), the failing call's function returns the error to the
+    graph kernel's, which returns it."""
+    cold, warm = (run_python(FAILING_CALLS, env={"CALLS_PER_FUNCTION": calls_per_function})
+                  for _ in range(2))
     assert "rewrite.miss" in cold["stats"] and "graph.miss" in cold["stats"], cold["stats"]
     assert warm["stats"].get("rewrite.hit") == 2 and warm["stats"].get("graph.hit") == 2, \
         warm["stats"]

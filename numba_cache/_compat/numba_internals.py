@@ -207,11 +207,15 @@ def data_layout(codegen) -> str:
 
 
 def call_reusing_slots(context, builder, callee, return_type, argument_types, arguments,
-                       slots: dict) -> tuple:
+                       slots: dict, propagate: bool = False) -> tuple:
     """numba's ``CPUCallConv.call_function``, with the slots the callee writes its return
     value and exception into taken from `slots` (one per LLVM type, made on first use)
     rather than new ones at each call: a function of many calls keeps a few stack slots,
-    not two a call. Uses ``_get_arg_packer``, ``_get_return_status`` and ``excinfo_t``."""
+    not two a call. Uses ``_get_arg_packer``, ``_get_return_status`` and ``excinfo_t``.
+
+    With `propagate`, a failed call returns its error from the calling function
+    (:func:`propagate_unless_ok`) and no status is made (None is returned for it).
+    """
     from llvmlite import ir
     from numba.core import callconv, cgutils, types
 
@@ -228,12 +232,48 @@ def call_reusing_slots(context, builder, callee, return_type, argument_types, ar
         builder.store(cgutils.get_null_value(return_slot_type), return_slot)
     packed = list(call_conv._get_arg_packer(argument_types).as_arguments(builder, arguments))
     code = builder.call(callee, [return_slot, excinfo_slot, *packed])
-    status = call_conv._get_return_status(builder, code, builder.load(excinfo_slot))
+    if propagate:
+        status = None
+        propagate_unless_ok(context, builder, code, excinfo_slot)
+    else:
+        status = call_conv._get_return_status(builder, code, builder.load(excinfo_slot))
     value = builder.load(return_slot)
     model = context.data_model_manager[return_type]
     if not (returned_as_held(model) and value.type == model.get_value_type()):
         value = context.get_returned_value(builder, return_type, value)
     return status, value
+
+
+def propagate_unless_ok(context, builder, code, excinfo_slot) -> None:
+    """Return from the function `builder` is in if a call by numba's calling convention
+    reported an error (`code`, the exception info written to `excinfo_slot`), as
+    ``CPUCallConv.return_status_propagate`` does after numba's ``_get_return_status``;
+    the builder goes on in a new block where the call succeeded.
+
+    numba's reads the call's status in 9 instructions, and propagates it from 4 blocks
+    (a third of a large graph kernel's IR, built and printed in Python, then parsed
+    and compiled by LLVM); this takes 3 and one block, returning as numba's does:
+    ``RETCODE_OK`` and ``RETCODE_NONE`` are success; the caller's exception info gets the
+    callee's for a code of ``RETCODE_USEREXC`` or more, else undefined; the code is
+    returned. numba does not return inside a try block, which glue never holds. The
+    branch to the return is marked unlikely, as numba's ``if_unlikely`` marks it.
+    """
+    from llvmlite import ir
+    from numba.core import callconv
+
+    succeeded = builder.or_(builder.icmp_signed("==", code, callconv.RETCODE_OK),
+                            builder.icmp_signed("==", code, callconv.RETCODE_NONE))
+    here = builder.block
+    after = builder.append_basic_block(f"{here.name}.ok")
+    failed = builder.append_basic_block(f"{here.name}.error")
+    builder.cbranch(succeeded, after, failed).set_weights([99, 1])
+    builder.position_at_end(failed)
+    is_user_exception = builder.icmp_signed(">=", code, callconv.RETCODE_USEREXC)
+    excinfo = builder.select(is_user_exception, builder.load(excinfo_slot),
+                             ir.Constant(ir.PointerType(callconv.excinfo_t), ir.Undefined))
+    builder.store(excinfo, context.call_conv._get_excinfo_argument(builder.function))
+    context.call_conv._return_errcode_raw(builder, code)
+    builder.position_at_end(after)
 
 
 def returned_as_held(model, conversion: str = "from_return") -> bool:

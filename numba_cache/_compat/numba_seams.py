@@ -195,3 +195,32 @@ def runtime_library() -> None:
     module, library = nrtdynmod.create_nrt_module(cpu_target.target_context)
     require(callable(library.enable_object_caching) and "NRT_incref" in module.globals,
             "nrtdynmod.create_nrt_module no longer returns the runtime's module and library")
+
+
+@seam("CPUCallConv.return_status_propagate, _get_return_status (RETCODE_*), "
+      "_get_excinfo_argument, _return_errcode_raw", "numba", WRITTEN_FOR,
+      "_compat/numba_internals.py (propagate_unless_ok), kernels/assembly/symbol_calls.py")
+def error_propagation() -> None:
+    """propagate_unless_ok returns a failed call's error as numba's propagation does:
+    these steps."""
+    from numba.core import callconv
+
+    propagate = inspect.getsource(callconv.CPUCallConv.return_status_propagate)
+    steps = ("self._get_excinfo_argument(builder.function)",
+             "builder.store(status.excinfoptr, excptr)",
+             "builder.if_then(builder.not_(trystatus.in_try))",
+             "self._return_errcode_raw(builder, status.code)")
+    missing = [step for step in steps if step not in propagate]
+    require(not missing, "CPUCallConv.return_status_propagate no longer returns a call's "
+            f"error as propagate_unless_ok does (not found: {missing})")
+    status = inspect.getsource(callconv.CPUCallConv._get_return_status)
+    steps = ("builder.icmp_signed('==', code, RETCODE_OK)",
+             "builder.icmp_signed('==', code, RETCODE_NONE)", "ok = builder.or_(norm, none)",
+             "builder.icmp_signed('>=', code, RETCODE_USEREXC)",
+             "builder.select(is_user_exc, excinfoptr,")
+    missing = [step for step in steps if step not in status]
+    require(not missing, "CPUCallConv._get_return_status no longer reads a call's status "
+            f"as propagate_unless_ok does (not found: {missing})")
+    require([callconv.RETCODE_OK.constant, callconv.RETCODE_NONE.constant]
+            == [0, -2] and callconv.RETCODE_USEREXC.constant >= 1,
+            "numba's return codes changed")

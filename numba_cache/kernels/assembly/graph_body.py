@@ -37,7 +37,8 @@ its speed, mostly by a helper in the background: it is one function.
 Before, numba typed and lowered one Python statement per node: on the large benchmark
 model about 1,000 calls, 4,000 variables to type and 85,000 LLVM instructions to build,
 print and parse. An error an op kernel raises returns from the graph function at once,
-as numba's lowering of a call does (values alive then are not released, as in numba).
+as numba's lowering of a call does (values alive then are not released, as in numba),
+in less IR (:func:`numba_cache._compat.numba_internals.propagate_unless_ok`).
 """
 
 from __future__ import annotations
@@ -305,13 +306,14 @@ class _StepEmitter:
             context.call_conv.return_value(part_builder, context.get_dummy_value())
             library.add_ir_module(module)
             del module, function, part_builder, read, made
-            status, _ = numba_internals.call_reusing_slots(
+            block = builder.append_basic_block(f"part{number}")  # names its error's blocks
+            builder.branch(block)
+            builder.position_at_end(block)
+            numba_internals.call_reusing_slots(
                 context, builder,
                 cgutils.get_or_insert_function(builder.module, function_type, function_name),
                 types.none, [types.voidptr],
-                [builder.bitcast(frame, cgutils.voidptr_t)], slots)
-            with cgutils.if_unlikely(builder, status.is_error):
-                context.call_conv.return_status_propagate(builder, status)
+                [builder.bitcast(frame, cgutils.voidptr_t)], slots, propagate=True)
         values.update((name, builder.load(address(builder, frame, name)))
                       for name in self.returned if name in made_in)
 

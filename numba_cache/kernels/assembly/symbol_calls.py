@@ -19,7 +19,9 @@ numba internals used here, all public in numba's extension API except the
 calling convention (``context.call_conv``), which PyTensor's own numba backend
 relies on too: ``Dispatcher.overloads``, ``CompileResult.fndesc.mangled_name``; for
 calls sharing their result slots, the calling convention's argument packer and
-status reader (:func:`numba_cache._compat.numba_internals.call_reusing_slots`).
+status reader (:func:`numba_cache._compat.numba_internals.call_reusing_slots`), and its
+return codes and exception argument for their errors
+(:func:`numba_cache._compat.numba_internals.propagate_unless_ok`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def emit_call(context, builder, compiled, arguments: list, slots: dict | None = 
     share the stack slots the callees write their results into: a function of a
     thousand calls has a few slots, not two thousand, which LLVM's register
     allocation and stack slot colouring pay for more than linearly (the large
-    benchmark model's machine code: 2.5 s, 2.0 s with shared slots).
+    benchmark model's machine code: 2.5 s, 2.0 s with shared slots); their errors
+    propagate in less IR than numba's (:func:`numba_internals.propagate_unless_ok`).
     """
     from numba.core import cgutils
 
@@ -43,12 +46,13 @@ def emit_call(context, builder, compiled, arguments: list, slots: dict | None = 
     function_type = context.call_conv.get_function_type(return_type, argument_types)
     function = cgutils.get_or_insert_function(
         builder.module, function_type, compiled.fndesc.mangled_name)
-    if slots is None:
-        status, value = context.call_conv.call_function(
-            builder, function, return_type, argument_types, arguments)
-    else:
-        status, value = numba_internals.call_reusing_slots(
-            context, builder, function, return_type, argument_types, arguments, slots)
+    if slots is not None:
+        _, value = numba_internals.call_reusing_slots(
+            context, builder, function, return_type, argument_types, arguments, slots,
+            propagate=True)
+        return value
+    status, value = context.call_conv.call_function(
+        builder, function, return_type, argument_types, arguments)
     with cgutils.if_unlikely(builder, status.is_error):
         context.call_conv.return_status_propagate(builder, status)
     return value
