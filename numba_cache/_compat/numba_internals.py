@@ -207,15 +207,13 @@ def data_layout(codegen) -> str:
 
 
 def call_reusing_slots(context, builder, callee, return_type, argument_types, arguments,
-                       slots: dict, propagate: bool = False) -> tuple:
-    """numba's ``CPUCallConv.call_function``, with the slots the callee writes its return
-    value and exception into taken from `slots` (one per LLVM type, made on first use)
-    rather than new ones at each call: a function of many calls keeps a few stack slots,
-    not two a call. Uses ``_get_arg_packer``, ``_get_return_status`` and ``excinfo_t``.
-
-    With `propagate`, a failed call returns its error from the calling function
-    (:func:`propagate_unless_ok`) and no status is made (None is returned for it).
-    """
+                       slots: dict):
+    """The value of a call as numba's ``CPUCallConv.call_function`` makes it, with the slots
+    the callee writes its return value and exception into taken from `slots` (one per
+    LLVM type, made on first use) rather than new ones at each call: a function of many
+    calls keeps a few stack slots, not two a call. A failed call returns its error from
+    the calling function (:func:`propagate_unless_ok`). Uses ``_get_arg_packer`` and
+    ``excinfo_t``."""
     from llvmlite import ir
     from numba.core import callconv, cgutils, types
 
@@ -232,16 +230,12 @@ def call_reusing_slots(context, builder, callee, return_type, argument_types, ar
         builder.store(cgutils.get_null_value(return_slot_type), return_slot)
     packed = list(call_conv._get_arg_packer(argument_types).as_arguments(builder, arguments))
     code = builder.call(callee, [return_slot, excinfo_slot, *packed])
-    if propagate:
-        status = None
-        propagate_unless_ok(context, builder, code, excinfo_slot)
-    else:
-        status = call_conv._get_return_status(builder, code, builder.load(excinfo_slot))
+    propagate_unless_ok(context, builder, code, excinfo_slot)
     value = builder.load(return_slot)
     model = context.data_model_manager[return_type]
     if not (returned_as_held(model) and value.type == model.get_value_type()):
         value = context.get_returned_value(builder, return_type, value)
-    return status, value
+    return value
 
 
 def propagate_unless_ok(context, builder, code, excinfo_slot) -> None:

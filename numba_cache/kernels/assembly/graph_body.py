@@ -313,7 +313,7 @@ class _StepEmitter:
                 context, builder,
                 cgutils.get_or_insert_function(builder.module, function_type, function_name),
                 types.none, [types.voidptr],
-                [builder.bitcast(frame, cgutils.voidptr_t)], slots, propagate=True)
+                [builder.bitcast(frame, cgutils.voidptr_t)], slots)
         values.update((name, builder.load(address(builder, frame, name)))
                       for name in self.returned if name in made_in)
 

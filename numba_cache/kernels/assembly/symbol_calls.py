@@ -18,9 +18,9 @@ entry point records its graph kernel (:mod:`.links`).
 numba internals used here, all public in numba's extension API except the
 calling convention (``context.call_conv``), which PyTensor's own numba backend
 relies on too: ``Dispatcher.overloads``, ``CompileResult.fndesc.mangled_name``; for
-calls sharing their result slots, the calling convention's argument packer and
-status reader (:func:`numba_cache._compat.numba_internals.call_reusing_slots`), and its
-return codes and exception argument for their errors
+calls sharing their result slots, the calling convention's argument packer
+(:func:`numba_cache._compat.numba_internals.call_reusing_slots`), and its return codes
+and exception argument for their errors
 (:func:`numba_cache._compat.numba_internals.propagate_unless_ok`).
 """
 
@@ -47,10 +47,8 @@ def emit_call(context, builder, compiled, arguments: list, slots: dict | None = 
     function = cgutils.get_or_insert_function(
         builder.module, function_type, compiled.fndesc.mangled_name)
     if slots is not None:
-        _, value = numba_internals.call_reusing_slots(
-            context, builder, function, return_type, argument_types, arguments, slots,
-            propagate=True)
-        return value
+        return numba_internals.call_reusing_slots(
+            context, builder, function, return_type, argument_types, arguments, slots)
     status, value = context.call_conv.call_function(
         builder, function, return_type, argument_types, arguments)
     with cgutils.if_unlikely(builder, status.is_error):
