@@ -116,7 +116,7 @@ def test_a_fleet_of_two_cpu_models_shares_one_bucket_under_the_portable_target(t
     """Machine A fills a bucket; machine B, of another CPU model and with an empty local
     store, compiles nothing from it, not even the self-test's probes: the same bits."""
     from object_server import ServerUnavailable, moto_server
-    from remote_machines import SECRET, unavailable
+    from remote_machines import PATIENT, SECRET, unavailable
 
     if not supports_the_portable_baseline():
         pytest.fail("this machine's CPU lacks the portable baseline: the tests need one that has it")
@@ -124,7 +124,7 @@ def test_a_fleet_of_two_cpu_models_shares_one_bucket_under_the_portable_target(t
         with moto_server() as moto:
             moto.client().create_bucket(Bucket="nbcache-fleet")
             tier = {**moto.environment(), "NBCACHE_REMOTE": "s3://nbcache-fleet/fleet",
-                    "NBCACHE_REMOTE_SECRET": SECRET}
+                    "NBCACHE_REMOTE_SECRET": SECRET, **PATIENT}
             first = machine(None, "portable", NBCACHE_DIR=str(tmp_path / "a"), **tier)
             second = machine("haswell", "portable", NBCACHE_DIR=str(tmp_path / "b"), **tier)
     except ServerUnavailable as problem:

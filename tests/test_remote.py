@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from helpers import MOVED_FUNCTION_IDS, run_cli
 from redis_server import RedisServer, ServerUnavailable, redis_server
-from remote_machines import GRAPHS, OTHER_SECRET, SECRET, fresh_machine, machine, unavailable
+from remote_machines import (GRAPHS, OTHER_SECRET, PATIENT, SECRET, fresh_machine, machine,
+                             unavailable)
 
 from numba_cache.store import tier_notes
 from numba_cache.store.remote import envelope
@@ -49,6 +50,8 @@ def remote(server, monkeypatch, request) -> dict:
     monkeypatch.setenv("NBCACHE_REMOTE", server.url)
     monkeypatch.setenv("NBCACHE_REMOTE_SECRET", SECRET)
     monkeypatch.setenv("NBCACHE_REMOTE_PREFIX", prefix)
+    for variable, value in PATIENT.items():
+        monkeypatch.setenv(variable, value)
     return {"prefix": prefix, "client": server.client()}
 
 
@@ -128,7 +131,7 @@ def test_server_failing_mid_run_degrades_to_local_with_one_warning(tmp_path, mon
         monkeypatch.setenv("NBCACHE_REMOTE", own_server.url)
         monkeypatch.setenv("NBCACHE_REMOTE_SECRET", SECRET)
         report = machine(tmp_path / "store", ["sumexp", f"signal {fault}", "tanh", "cumsum"],
-                         REDIS_PID=str(own_server.process.pid))
+                         faulty=True, REDIS_PID=str(own_server.process.pid))
     assert set(report["values"]) == {"sumexp", "tanh", "cumsum"}
     assert report["remote"]["published"] > 0, "nothing was published before the fault"
     # One failure, then the back-off keeps the server out of the compile path. A killed
@@ -144,7 +147,7 @@ def test_a_bug_in_the_remote_tier_is_reported_as_a_bug_and_never_fails_a_compile
         server, tmp_path, monkeypatch):
     monkeypatch.setenv("NBCACHE_REMOTE", server.url)
     monkeypatch.setenv("NBCACHE_REMOTE_SECRET", SECRET)
-    report = machine(tmp_path / "store", ["bug", "sumexp", "tanh"])
+    report = machine(tmp_path / "store", ["bug", "sumexp", "tanh"], faulty=True)
     assert set(report["values"]) == {"sumexp", "tanh"}
     assert report["remote"].get("bug") == 1 and "error" not in report["remote"], report["remote"]
     [warning] = [text for text in report["warnings"] if "remote" in text]

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 import pytest
 from helpers import cli_here
 from object_server import MotoServer, ServerUnavailable, answering, down, moto_server, silent
-from remote_machines import GRAPHS, OTHER_SECRET, SECRET, fresh_machine, machine, unavailable
+from remote_machines import (GRAPHS, OTHER_SECRET, PATIENT, SECRET, fresh_machine, machine,
+                             unavailable)
 
 from numba_cache import settings
 from numba_cache.store.remote import RemoteConfigError, envelope, open_tier
@@ -54,7 +55,7 @@ def write(moto: MotoServer, path: str, found: dict[str, bytes]) -> None:
 def bucket(moto, monkeypatch, request) -> dict:
     """Point this test (and its children) at the bucket, under a path of its own."""
     path = "t-" + hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:12]
-    for variable, value in moto.environment().items():
+    for variable, value in (moto.environment() | PATIENT).items():
         monkeypatch.setenv(variable, value)
     monkeypatch.setenv("NBCACHE_REMOTE", f"s3://{BUCKET}/{path}")
     monkeypatch.setenv("NBCACHE_REMOTE_SECRET", SECRET)
@@ -113,7 +114,7 @@ def test_a_fresh_store_on_a_warm_bucket_compiles_nothing_not_even_the_self_test(
 def test_a_failing_store_degrades_to_local_with_one_warning(bucket, tmp_path, fault):
     endpoint, counter, said = FAULTS[fault]
     with endpoint() as url:
-        report = machine(tmp_path / "store", GRAPHS, AWS_ENDPOINT_URL=url)
+        report = machine(tmp_path / "store", GRAPHS, faulty=True, AWS_ENDPOINT_URL=url)
     assert set(report["values"]) == set(GRAPHS) and report["compiled"]
     failures = {name: n for name, n in report["remote"].items()
                 if name in ("error", "timeout", "bug")}
@@ -130,7 +131,8 @@ def remote_warnings(report: dict) -> list[str]:
 
 
 def test_a_missing_bucket_is_a_failure_not_an_empty_cache(bucket, tmp_path):
-    report = machine(tmp_path / "store", ["sumexp"], NBCACHE_REMOTE="s3://no-such-bucket/x")
+    report = machine(tmp_path / "store", ["sumexp"], faulty=True,
+                     NBCACHE_REMOTE="s3://no-such-bucket/x")
     assert report["compiled"] and report["remote"] == {"error": 1}, report["remote"]
     [warning] = remote_warnings(report)
     assert "the bucket does not exist" in warning
