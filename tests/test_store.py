@@ -403,6 +403,32 @@ def test_a_deleted_index_is_rebuilt_from_the_files(tmp_path):
     assert {entry.key: entry.hits for entry in fresh.entries()} == {a.key: 1, b.key: 0}
 
 
+def test_a_store_removed_under_a_running_process_is_indexed_again_not_in_the_deleted_file(
+        tmp_path):
+    """`rm -rf` of the store while a process holds its index open: the process's next
+    write goes to the index now there (another process's new one, or one it makes from
+    the files), not to the deleted file, so what it saves after is listed and counted
+    in the size that eviction keeps under the cap."""
+    root = tmp_path / "store"
+    running = open_store(root)
+    save(running, "before")
+    shutil.rmtree(root)
+    started_meanwhile = open_store(root)
+    meanwhile = save(started_meanwhile, "meanwhile")  # a new index
+    after = save(running, "after")
+    assert set(keys_of(started_meanwhile.entries())) == {meanwhile.key, after.key}
+    sizes = {entry.key: sum(path.stat().st_size  # the record and its source
+                            for path in record_path(root, entry).parent.glob(f"{entry.key}.*"))
+             for entry in (meanwhile, after)}
+    assert started_meanwhile.stats()["bytes"] == sum(sizes.values())
+    assert started_meanwhile.evict_to(sizes[after.key]) == [(FINGERPRINT, meanwhile.key)]
+
+    shutil.rmtree(root)  # again, and no other process: the running one makes the index
+    last = save(running, "last")
+    assert (root / "index.sqlite3").exists()
+    assert keys_of(running.entries()) == [last.key]
+
+
 def test_a_corrupt_index_is_moved_aside_and_rebuilt(tmp_path):
     store = open_store(tmp_path)
     entry = save(store, "a")

@@ -300,12 +300,15 @@ class Index:
     def _connection(self, create: bool) -> sqlite3.Connection | None:
         held = getattr(self._local, "held", None)
         if held is not None:
-            if held[0] == os.getpid():
+            if held[0] != os.getpid():
+                # Inherited from the parent: closing it here could checkpoint or unlock the
+                # parent's database, so it is kept, unused, until this process exits.
+                session.current().inherited_connections.append(held[1])
+                self._local.held = None
+            elif _file_identity(self.path) == held[2]:
                 return held[1]
-            # Inherited from the parent: closing it here could checkpoint or unlock the
-            # parent's database, so it is kept, unused, until this process exits.
-            session.current().inherited_connections.append(held[1])
-            self._local.held = None
+            else:  # the store was removed (`rm -rf`) and perhaps made again meanwhile
+                self._forget_connection()
         if self._unavailable or not (create or self.path.exists()):
             return None
         try:
@@ -315,7 +318,7 @@ class Index:
             # rather than costing a failed open on every load.
             self._unavailable = True
             raise
-        self._local.held = (os.getpid(), connection)
+        self._local.held = (os.getpid(), connection, _file_identity(self.path))
         return connection
 
     def _open(self) -> sqlite3.Connection:
@@ -414,6 +417,15 @@ class Index:
             f"numba_cache: the cache index {self.path} is not usable: {problem}. "
             "Entries are still loaded and saved; listings and statistics may be incomplete.",
         )
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """Which file `path` names now; None when there is none."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
 
 
 def _connect(database: str, *, uri: bool) -> sqlite3.Connection:
