@@ -290,11 +290,15 @@ SETTINGS: tuple[Setting, ...] = (
             "30 days", group="remote"),
     Setting("remote_max_size", "NBCACHE_REMOTE_MAX_SIZE", parse_size, 64 * 1024**2,
             "largest entry sent (larger ones stay local)", "64M", "64 MiB", group="remote"),
-    # A compile must never wait for a slow or vanished server for long.
-    Setting("remote_connect_timeout", "NBCACHE_REMOTE_CONNECT_TIMEOUT", _parse_float, 0.25,
-            "connect timeout", "0.25", "0.25 s", group="remote"),
-    Setting("remote_timeout", "NBCACHE_REMOTE_TIMEOUT", _parse_float, 0.5,
-            "operation timeout", "0.5", "0.5 s", group="remote"),
+    # A compile must never wait for a slow or vanished server for long, and one slow
+    # answer must not cost the tier: a failure keeps it out for the back-off, so what
+    # is compiled meanwhile is neither loaded nor published. A loopback server under
+    # load once took over 0.5 s to answer; a bucket in another region takes a few round
+    # trips to connect (TLS). ccache waits 10 s, obstore's own defaults 5 s and 30 s.
+    Setting("remote_connect_timeout", "NBCACHE_REMOTE_CONNECT_TIMEOUT", _parse_float, 1.0,
+            "connect timeout", "1", "1 s", group="remote"),
+    Setting("remote_timeout", "NBCACHE_REMOTE_TIMEOUT", _parse_float, 2.0,
+            "operation timeout", "2", "2 s", group="remote"),
     Setting("remote_backoff", "NBCACHE_REMOTE_BACKOFF", _parse_float, 60.0,
             "local only after a failure, for", "60", "60 s", group="remote"),
 )

@@ -8,8 +8,9 @@ the cache.
 
 A machine on a healthy server waits longer than the tier does (:data:`PATIENT`) and
 must report no remote failure: on a loaded CI machine a loopback server once took
-more than the tier's 0.5 s to answer a GET, the back-off kept the machine from
-publishing, and the next machine compiled what the test said it would load. Tests of
+more than 0.5 s (the tier's timeout then) to answer a GET, the back-off kept the
+machine from publishing, and the next machine compiled what the test said it would
+load. Tests of
 failures run machines with ``faulty=True``: the tier's own timeouts, failures allowed.
 """
 
