@@ -10,8 +10,8 @@ A machine on a healthy server waits longer than the tier does (:data:`PATIENT`) 
 must report no remote failure: on a loaded CI machine a loopback server once took
 more than 0.5 s (the tier's timeout then) to answer a GET, the back-off kept the
 machine from publishing, and the next machine compiled what the test said it would
-load. Tests of
-failures run machines with ``faulty=True``: the tier's own timeouts, failures allowed.
+load. Tests of failures run machines with ``faulty=True``: the tier's own timeouts,
+failures allowed.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ _TIMEOUTS = ("remote_timeout", "remote_connect_timeout")
 TIER_TIMEOUTS = {BY_NAME[name].variable: str(BY_NAME[name].default) for name in _TIMEOUTS}
 #: What a machine on a healthy server waits instead: a stall of the test server is not
 #: the failure a test of sharing tests.
-PATIENT = {BY_NAME[name].variable: "10" for name in _TIMEOUTS}
+PATIENT_SECONDS = 10.0
+PATIENT = {BY_NAME[name].variable: str(PATIENT_SECONDS) for name in _TIMEOUTS}
 #: The counters of a failed remote operation (numba_cache/store/remote/failures.py).
 FAILURES = ("error", "timeout", "bug")
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from helpers import MOVED_FUNCTION_IDS, run_cli
 from redis_server import RedisServer, ServerUnavailable, redis_server
-from remote_machines import (GRAPHS, OTHER_SECRET, PATIENT, SECRET, fresh_machine, machine,
-                             unavailable)
+from remote_machines import (FAILURES, GRAPHS, OTHER_SECRET, PATIENT, SECRET, fresh_machine,
+                             machine, unavailable)
 
 from numba_cache.store import tier_notes
 from numba_cache.store.remote import envelope
@@ -137,7 +137,7 @@ def test_server_failing_mid_run_degrades_to_local_with_one_warning(tmp_path, mon
     # One failure, then the back-off keeps the server out of the compile path. A killed
     # server refuses connections (an error); a stopped one does not answer (a timeout).
     counted = {"SIGKILL": "error", "SIGSTOP": "timeout"}[fault]
-    failures = {name: n for name, n in report["remote"].items() if name in ("error", "timeout", "bug")}
+    failures = {name: n for name, n in report["remote"].items() if name in FAILURES}
     assert failures == {counted: 1}, report["remote"]
     remote_warnings = [text for text in report["warnings"] if "remote cache" in text]
     assert len(remote_warnings) == 1 and "using the local cache only" in remote_warnings[0]

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 import pytest
 from helpers import cli_here
 from object_server import MotoServer, ServerUnavailable, answering, down, moto_server, silent
-from remote_machines import (GRAPHS, OTHER_SECRET, PATIENT, SECRET, fresh_machine, machine,
-                             unavailable)
+from remote_machines import (FAILURES, GRAPHS, OTHER_SECRET, PATIENT, SECRET, fresh_machine,
+                             machine, unavailable)
 
 from numba_cache import settings
 from numba_cache.store.remote import RemoteConfigError, envelope, open_tier
@@ -116,8 +116,7 @@ def test_a_failing_store_degrades_to_local_with_one_warning(bucket, tmp_path, fa
     with endpoint() as url:
         report = machine(tmp_path / "store", GRAPHS, faulty=True, AWS_ENDPOINT_URL=url)
     assert set(report["values"]) == set(GRAPHS) and report["compiled"]
-    failures = {name: n for name, n in report["remote"].items()
-                if name in ("error", "timeout", "bug")}
+    failures = {name: n for name, n in report["remote"].items() if name in FAILURES}
     assert failures == {counter: 1}, report["remote"]  # then the breaker keeps it out
     [warning] = remote_warnings(report)
     assert "using the local cache only" in warning and said in warning, warning

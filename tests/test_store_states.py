@@ -221,13 +221,14 @@ def publish(root, server, prefix: str, kinds) -> dict:
     from numba_cache import settings
     from numba_cache.store.remote import open_tier
 
-    from remote_machines import PATIENT
+    from remote_machines import PATIENT, PATIENT_SECONDS
 
     env = {"NBCACHE_REMOTE": server.url, "NBCACHE_REMOTE_SECRET": REMOTE_SECRET,
            "NBCACHE_REMOTE_PREFIX": prefix, **PATIENT}
     tier = open_tier(settings.override(settings.current(), remote=server.url,
                                        remote_secret=REMOTE_SECRET, remote_prefix=prefix,
-                                       remote_timeout=10.0, remote_connect_timeout=10.0),
+                                       remote_timeout=PATIENT_SECONDS,
+                                       remote_connect_timeout=PATIENT_SECONDS),
                      count=lambda *_: None)
     store = Store(store_states.settings_for(root))
     for fingerprint, key in store_states.entries_of(root, kinds):
