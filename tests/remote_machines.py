@@ -52,10 +52,14 @@ current_context()  # the per-machine self-test, before counting
 report = {{"compiled": [], "values": {{}}, "expected": {{}}, "warnings": []}}
 for step in {steps!r}:
     if step.startswith("signal "):  # "signal <name>": done to the server, mid-run
-        pid = int(os.environ["REDIS_PID"])
-        os.kill(pid, getattr(signal, step.split()[1]))
-        while open(f"/proc/{{pid}}/stat").read().split()[2] not in "TZX":
-            time.sleep(0.01)  # until it is stopped or dead
+        pid, name = int(os.environ["REDIS_PID"]), step.split()[1]
+        os.kill(pid, getattr(signal, name))
+        stopped = lambda: open(f"/proc/{{pid}}/stat").read().split()[2] in "TZX"
+        while stopped() == (name == "SIGCONT"):
+            time.sleep(0.01)  # until it is stopped or dead, or runs again
+        continue
+    if step.startswith("sleep "):  # "sleep <seconds>": a back-off running out, say
+        time.sleep(float(step.split()[1]))
         continue
     if step == "bug":  # numba_cache's own remote code failing, not the server
         from numba_cache.store.remote.redis_backend import RedisBackend
@@ -78,7 +82,8 @@ print(json.dumps(report))
 
 
 def machine(store: Path, steps: list[str], faulty: bool = False, **env: str) -> dict:
-    """Run `steps` (graph names, or ``signal <NAME>`` to the server) in a fresh process.
+    """Run `steps` (graph names, ``signal <NAME>`` to the server, ``sleep <seconds>``) in a
+    fresh process.
 
     Its compiles and the server's counters are those of one process: no helper compiles
     ahead (numba_cache/kernels/helpers/compile_ahead.py) unless `env` asks for one.

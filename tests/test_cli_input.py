@@ -28,6 +28,10 @@ from helpers import cli_here, one_line_error
         (["list"], {"NBCACHE_DIR": "/nonexistent/numba_cache"}, "no store at /nonexistent"),
         (["stats"], {"NBCACHE_LOCK_TIMEOUT": "nan"}, "must be a positive number of seconds"),
         (["stats"], {"NBCACHE_REMOTE_TIMEOUT": "inf"}, "must be a positive number of seconds"),
+        (["publish"], {}, "no remote cache configured: set NBCACHE_REMOTE"),
+        (["publish"], {"NBCACHE_REMOTE": "redis://127.0.0.1:9/0", "NBCACHE_REMOTE_READONLY": "1",
+                       "NBCACHE_REMOTE_SECRET": "a-secret-of-enough-bytes"},
+         "cannot change the remote cache redis://127.0.0.1:9/0: NBCACHE_REMOTE_READONLY is set"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_no_traceback(private_store, arguments, environment, fragment):

@@ -143,6 +143,25 @@ def test_server_failing_mid_run_degrades_to_local_with_one_warning(tmp_path, mon
     assert len(remote_warnings) == 1 and "using the local cache only" in remote_warnings[0]
 
 
+def test_what_is_compiled_during_the_back_off_is_published_when_the_server_answers_again(
+        tmp_path, monkeypatch):
+    """The server stalls while `tanh` is looked up: the process compiles it locally during
+    the back-off, and publishes it at its next lookup after the back-off (`cumsum`'s), so
+    a second machine compiles nothing."""
+    backoff = 4
+    with start_server(tmp_path / "redis") as own_server:
+        monkeypatch.setenv("NBCACHE_REMOTE", own_server.url)
+        monkeypatch.setenv("NBCACHE_REMOTE_SECRET", SECRET)
+        steps = ["sumexp", "signal SIGSTOP", "tanh", "signal SIGCONT", f"sleep {backoff}",
+                 "cumsum"]
+        first = machine(tmp_path / "machine-a", steps, faulty=True,
+                        REDIS_PID=str(own_server.process.pid), NBCACHE_REMOTE_BACKOFF=str(backoff))
+        assert first["remote"].get("timeout", 0) >= 1, first["remote"]
+        second = machine(tmp_path / "machine-b", ["sumexp", "tanh", "cumsum"])
+    assert second["compiled"] == [], "what the first machine compiled during the back-off"
+    assert second["values"] == first["values"]
+
+
 def test_a_bug_in_the_remote_tier_is_reported_as_a_bug_and_never_fails_a_compile(
         server, tmp_path, monkeypatch):
     monkeypatch.setenv("NBCACHE_REMOTE", server.url)

@@ -122,6 +122,36 @@ def test_a_failing_store_degrades_to_local_with_one_warning(bucket, tmp_path, fa
     assert "using the local cache only" in warning and said in warning, warning
 
 
+def test_publish_sends_what_a_machine_compiled_while_the_store_was_down(bucket, tmp_path):
+    """A process compiling while the store is unreachable publishes nothing; `numba-cache
+    publish` sends its entries afterwards (none twice), and a second machine loads them."""
+    with down() as url:
+        first = machine(tmp_path / "machine-a", GRAPHS, faulty=True, AWS_ENDPOINT_URL=url)
+    assert first["compiled"] and "published" not in first["remote"], first["remote"]
+    assert objects(bucket["moto"], bucket["path"]) == {}
+    store = {"NBCACHE_DIR": str(tmp_path / "machine-a")}
+    dry = cli_here("publish", "--dry-run", "--json", env=store)
+    assert dry.returncode == 0, dry.stderr
+    listed = json.loads(dry.stdout)
+    assert listed["dry_run"] and listed["published"] and listed["present"] == 0, listed
+    assert objects(bucket["moto"], bucket["path"]) == {}, "a dry run sent something"
+    sent = cli_here("publish", "--json", env=store)
+    assert sent.returncode == 0, sent.stderr
+    report = json.loads(sent.stdout)
+    assert report["published"] == listed["published"]
+    assert report["too_large"] == report["unreadable"] == []
+    on_server = {address(name) for name in objects(bucket["moto"], bucket["path"])}
+    assert {(row["fingerprint"], row["key"]) for row in report["published"]} <= on_server
+    again = cli_here("publish", env=store)
+    count = len(report["published"])
+    assert again.returncode == 0 and again.stdout.splitlines()[-1].startswith(
+        "published 0 entries"), again.stdout
+    assert f"; {count} of {count} local entries were there already" in again.stdout
+    second = machine(tmp_path / "machine-b", GRAPHS)
+    assert second["compiled"] == [], "the second machine compiled a kernel"
+    assert second["values"] == first["values"]
+
+
 def remote_warnings(report: dict) -> list[str]:
     """The child's warnings about the remote cache: recorded, or on its stderr when given
     before the child recorded warnings (at the self-test, whose probe kernel is looked up)."""

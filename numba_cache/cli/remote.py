@@ -1,7 +1,8 @@
-"""``--remote`` for ``stats``, ``list``, ``clear`` and ``prune``: the shared tier.
+"""The shared tier: ``--remote`` for ``stats``, ``list``, ``clear`` and ``prune``, and ``publish``.
 
 Adds the flag to the commands the other modules define, and runs the remote
-variant when it is given, on Redis or a bucket alike. The server is asked directly
+variant when it is given, on Redis or a bucket alike; ``publish`` sends the local
+entries the server lacks. The server is asked directly
 (it is not mirrored locally); its failures are one-line errors like any other.
 """
 
@@ -12,11 +13,12 @@ import time
 from collections import defaultdict
 
 from numba_cache import settings as settings_module
-from numba_cache.cli.access import CliError, confirm, fingerprint_prefix
+from numba_cache.cli.access import CliError, confirm, fingerprint_prefix, open_store
 from numba_cache.cli.formatting import human_age, human_size, plural, table
 from numba_cache.cli.maintenance import prune_limits
 from numba_cache.keys.components import DIGEST_DIGITS
 from numba_cache.keys.remembered import this_environment
+from numba_cache.store import CorruptEntry, Store
 from numba_cache.store.remote import RemoteConfigError, RemoteTier, open_tier
 
 
@@ -28,6 +30,19 @@ def register(commands, common) -> None:
                             help="the shared tier (NBCACHE_REMOTE: Redis or a bucket), not the "
                             "local store")
         parser.set_defaults(handler=_either(parser.get_default("handler"), remote_handler))
+    publish = commands.add_parser(
+        "publish", parents=[common], help="send the local entries the remote tier lacks",
+        description="Send to the remote tier (NBCACHE_REMOTE) the entries of the local store "
+        "of this environment's fingerprint (of every fingerprint, --all) that it does not "
+        "hold: what processes compiled while the server was unreachable (they publish it "
+        "themselves only if the server answers again before they end), or a store filled "
+        "before the tier was set. Run it at the end of a CI warm step. Exit status 1 if an "
+        "entry could not be read or is over the tier's size limit.",
+    )
+    publish.add_argument("--all", action="store_true", help="the entries of every fingerprint")
+    publish.add_argument("--dry-run", action="store_true",
+                         help="list what would be sent, send nothing")
+    publish.set_defaults(handler=command_publish)
 
 
 def _either(local_handler, remote_handler):
@@ -217,3 +232,70 @@ def remote_prune(args) -> int:
     print(f"{verb} {plural(len(gone), 'entry')} ({human_size(gone_bytes)}) in {tier.url}; "
           f"{plural(len(rows) - len(gone), 'entry')} ({human_size(total)}) {remain}")
     return 0
+
+
+def command_publish(args) -> int:
+    tier = open_remote() if args.dry_run else _writable(open_remote())
+    store = open_store()  # read-only: publishing changes nothing locally, not even a last use
+    fingerprint = None if args.all else this_environment().digest
+    on_server = {(row[0], row[1]) for row in _entries(tier)}
+    local = store.entries(fingerprint)
+    missing = [entry for entry in local if (entry.fingerprint, entry.key) not in on_server]
+    sent, too_large, unreadable = [], [], []
+    if not args.dry_run:
+        from numba_cache.cli.progress import StatusLine  # rich: imported by the commands that draw
+
+        with StatusLine(lambda: f"publishing {len(sent) + len(too_large) + len(unreadable)} of "
+                                f"{len(missing)} entries to {tier.url}"):
+            for entry in missing:
+                _publish_one(tier, store, entry, sent, too_large, unreadable, len(missing))
+    else:
+        sent = missing
+    rows = [(entry.fingerprint, entry.key, entry.size, entry.created) for entry in sent]
+    sent_bytes = sum(entry.size for entry in sent)
+    if args.json:
+        print(json.dumps({
+            "url": tier.url,
+            "dry_run": args.dry_run,
+            "published": [_entry_json(row) for row in rows],
+            "local_bytes": sent_bytes,
+            "present": len(local) - len(missing),
+            "too_large": [entry.key for entry in too_large],
+            "unreadable": [entry.key for entry in unreadable],
+        }, indent=2))
+    else:
+        scope = "every fingerprint" if args.all else "this environment"
+        if rows:
+            _print_rows(rows)
+        verb = "would publish" if args.dry_run else "published"
+        print(f"{verb} {plural(len(sent), 'entry')} ({human_size(sent_bytes)} here) of {scope} to "
+              f"{tier.url}; {len(local) - len(missing)} of {plural(len(local), 'local entry')} "
+              "were there already")
+        if too_large:
+            print(f"{plural(len(too_large), 'entry')} over the tier's size limit "
+                  "(NBCACHE_REMOTE_MAX_SIZE) stayed local")
+        if unreadable:
+            print(f"{plural(len(unreadable), 'entry')} could not be read, not sent "
+                  "(numba-cache verify)")
+    return 1 if too_large or unreadable else 0
+
+
+def _publish_one(tier: RemoteTier, store: Store, entry, sent: list, too_large: list,
+                 unreadable: list, total: int) -> None:
+    try:
+        found = store.record_of(entry.fingerprint, entry.key)
+    except (CorruptEntry, OSError):
+        unreadable.append(entry)
+        return
+    if found is None:
+        return  # evicted since the listing
+    data, source = found
+    text = None if source is None else source.decode(errors="replace")
+    if tier.publish(entry.fingerprint, entry.key, data, text,
+                    Store.merge_for(entry.fingerprint, entry.key)):
+        sent.append(entry)
+    elif tier.backing_off:  # the server failed; the tier's warning said how
+        raise CliError(f"the remote cache {tier.url} failed after {len(sent)} of "
+                       f"{plural(total, 'entry')} were published; run publish again")
+    else:
+        too_large.append(entry)

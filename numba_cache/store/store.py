@@ -58,6 +58,9 @@ class Store(Maintenance, SideFilesOfStore):
                                  on_disk_failure=disk_refused)
         #: ``(fingerprint, key)`` of the entries this process loaded or stored.
         self._used_here: set[tuple[str, str]] = set()
+        #: ``(fingerprint, key)`` of entries stored while the remote tier was backing off
+        #: after a failure: published when the server is tried again.
+        self._unpublished: set[tuple[str, str]] = set()
 
     @functools.cached_property
     def remote(self) -> RemoteTier | None:
@@ -157,8 +160,8 @@ class Store(Maintenance, SideFilesOfStore):
         """Publish an entry just written and indexed, then evict if the store outgrew its
         maximum size."""
         if self.remote is not None:
-            self.remote.publish(entry.fingerprint, entry.key, data, source,
-                                self._merge_for(entry.fingerprint, entry.key))
+            self._publish_unpublished()
+            self._publish(entry.fingerprint, entry.key, data, source)
         total = self._index.total_size()
         if total is not None and total > self.settings.max_size:
             evicted = self.evict_to(int(self.settings.max_size * EVICTION_TARGET), timeout=0)
@@ -235,6 +238,7 @@ class Store(Maintenance, SideFilesOfStore):
         """The entry from the remote tier, written back locally; None on a miss."""
         if self.remote is None:
             return None
+        self._publish_unpublished()
         fetched = self.remote.fetch(
             fingerprint, key, lambda data: record.decode(data, fingerprint, key)
         )
@@ -257,20 +261,38 @@ class Store(Maintenance, SideFilesOfStore):
     def publish_stored(self, fingerprint: str, key: str) -> None:
         """Publish an entry a child forked from this process stored, where the remote tier
         cannot be used from such a child (:attr:`.remote.RemoteTier.survives_fork`)."""
-        if self.remote is None or self.remote.survives_fork:
-            return
-        try:
-            data = self._backend.get(fingerprint, key)
-            source = self._backend.read_source(fingerprint, key)
-        except OSError:
-            return  # gone or unreadable: the next lookup repairs it, and publishes anew
-        if data is not None:
-            self.remote.publish(fingerprint, key, data,
-                                None if source is None else source.decode(errors="replace"),
-                                self._merge_for(fingerprint, key))
+        if self.remote is not None and not self.remote.survives_fork:
+            self._publish(fingerprint, key)
+
+    def _publish(self, fingerprint: str, key: str, data: bytes | None = None,
+                 source: str | None = None) -> None:
+        """Publish an entry (read from disk when `data` is None). One the tier does not
+        take because it is backing off after a failure, or failing now, is published
+        when the server is tried again (:meth:`_publish_unpublished`)."""
+        if data is None:
+            try:
+                data = self._backend.get(fingerprint, key)
+                if data is None:
+                    return  # evicted meanwhile
+                record.decode(data, fingerprint, key)  # damage is not sent to other machines
+                stored_source = self._backend.read_source(fingerprint, key)
+            except (CorruptEntry, OSError):
+                return  # the next lookup repairs it, and publishes anew
+            source = None if stored_source is None else stored_source.decode(errors="replace")
+        if (not self.remote.publish(fingerprint, key, data, source,
+                                    self.merge_for(fingerprint, key))
+                and self.remote.backing_off):
+            self._unpublished.add((fingerprint, key))
+
+    def _publish_unpublished(self) -> None:
+        """Publish what was stored during a back-off, once the server may be tried again;
+        a new failure keeps the rest for the next time. A process that ends first leaves
+        them to ``numba-cache publish``."""
+        while self._unpublished and not self.remote.backing_off:
+            self._publish(*self._unpublished.pop())
 
     @staticmethod
-    def _merge_for(fingerprint: str, key: str):
+    def merge_for(fingerprint: str, key: str):
         """How the tier merges this entry into the one a server kept (:func:`record.merged`)."""
         return lambda theirs, ours: record.merged(theirs, ours, fingerprint, key)
 

@@ -195,6 +195,12 @@ class RemoteTier:
         threads are not copied by a fork: obstore's calls would wait forever there)."""
         return self.backend.survives_fork
 
+    @property
+    def backing_off(self) -> bool:
+        """Whether the tier would publish from here but leaves the server alone for now,
+        after a failure (:class:`~.breaker.Breaker`)."""
+        return not self.readonly and self._usable_here() and not self._breaker.allows()
+
     def _usable_here(self) -> bool:
         return self.survives_fork or os.getpid() == self._opened_in
 
@@ -323,7 +329,8 @@ class RemoteTier:
         warn_once(
             ("remote", self.url),
             f"numba_cache: {what}; using the local cache only, retrying after "
-            f"{self._breaker.backoff:g} s.",
+            f"{self._breaker.backoff:g} s (what is compiled meanwhile is published then; "
+            "`numba-cache publish` sends what a process did not).",
         )
 
     def _reject(self, fingerprint: str, key: str, problem: Exception) -> None:
