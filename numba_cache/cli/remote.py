@@ -265,7 +265,7 @@ def command_publish(args) -> int:
         }, indent=2))
     else:
         scope = "every fingerprint" if args.all else "this environment"
-        if rows:
+        if rows and args.dry_run:
             _print_rows(rows)
         verb = "would publish" if args.dry_run else "published"
         print(f"{verb} {plural(len(sent), 'entry')} ({human_size(sent_bytes)} here) of {scope} to "
