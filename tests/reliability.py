@@ -41,7 +41,8 @@ INPUT = [0.1, 0.7, 1.3, 2.0, 2.9]
 #: Relative tolerance of a value against Python mode (numba uses fastmath).
 RTOL = 1e-9
 
-#: Graphs by name, as expressions of the float64 vector ``x``. ``scale<k>`` is
+#: Graphs by name, as expressions of the float64 vector ``x``. ``outer<n>`` is one graph on
+#: data of any length n (another graph key at each length, one lengths-free key); ``scale<k>`` is
 #: ``exp(x) * maximum(x, k)`` for any k: as many distinct, same-shaped graphs as a test
 #: needs, each with an op kernel of its own (k is read by a maximum, so it stays baked
 #: in the fused kernel: numba_cache/codegen/lifted_constants.py lifts only constants
@@ -59,6 +60,9 @@ EXPRESSIONS = {
 def expression(name: str) -> str:
     if name.startswith("scale"):
         return f"pt.exp(x) * pt.maximum(x, {float(name[len('scale'):])!r})"
+    if name.startswith("outer"):  # one graph at any length n of its data: other static lengths
+        n = int(name[len("outer"):])
+        return f"pt.exp(x[:, None] * pt.as_tensor(np.linspace(0.5, 1.5, {n}))[None, :]).sum(axis=1)"
     return EXPRESSIONS[name]
 
 
@@ -72,7 +76,7 @@ def scales(count: int, first: int = 2) -> list[str]:
 def build(name: str):
     """The graph `name`: its input variable and output."""
     x = pt.vector("x", dtype="float64")
-    return x, eval(expression(name), {"pt": pt, "x": x})
+    return x, eval(expression(name), {"pt": pt, "np": np, "x": x})
 
 
 def python_mode_value(name: str) -> list[float]:

@@ -75,6 +75,8 @@ for step in {steps!r}:
     report["warnings"] += result["warnings"]
     report.setdefault("lookups", {{}}).update(result["lookups"])
 report["clients_imported"] = sorted({{"redis", "obstore"}} & set(sys.modules))
+report["dispatch_imported"] = "pytensor.link.numba.dispatch" in sys.modules
+report["session"] = result["stats"]
 report["counters"] = Store(settings.current()).stats()["counters"]
 report["fingerprint"] = result["fingerprint"]
 print(json.dumps(report))

@@ -19,7 +19,7 @@ from redis_server import RedisServer, ServerUnavailable, redis_server
 from remote_machines import (FAILURES, GRAPHS, OTHER_SECRET, PATIENT, SECRET, fresh_machine,
                              machine, unavailable)
 
-from numba_cache.store import tier_notes
+from numba_cache.store import CorruptEntry, tier_notes
 from numba_cache.store.remote import envelope
 
 # Fresh processes compiling real graphs: the slow tier, which CI runs (and --run-slow).
@@ -123,6 +123,19 @@ def test_a_machine_whose_lookups_all_hit_locally_never_opens_the_tier(remote, tm
     warm = machine(tmp_path / "store", GRAPHS)
     assert warm["compiled"] == [] and warm["values"] == first["values"]
     assert warm["clients_imported"] == []
+
+
+def test_a_fresh_machine_serves_data_of_new_lengths_by_the_notes_of_the_tier(remote, tmp_path):
+    """The side files that let a graph of other static lengths load the graph kernel of its
+    code, without converting its ops, travel as notes: a fresh machine's first graph of new
+    lengths compiles nothing and imports no numba dispatch, as the machine that stored them."""
+    first = machine(tmp_path / "machine-a", ["outer40", "outer50"])
+    assert first["session"].get("op_keys.remembered") == 1, first["session"]
+    second = machine(tmp_path / "machine-b", ["outer70"])
+    assert second["compiled"] == [], "the fresh machine compiled for the new lengths"
+    assert second["session"].get("graph_by_code.hit") == 1, second["session"]
+    assert second["session"].get("op_keys.remembered") == 1, second["session"]
+    assert not second["dispatch_imported"], "the fresh machine converted the graph's ops"
 
 
 @pytest.mark.parametrize("fault", ["SIGKILL", "SIGSTOP"], ids=["killed", "hung"])
@@ -394,6 +407,23 @@ def test_a_moved_seam_turns_the_cache_off_despite_a_vouch(remote, tmp_path):
 
 
 FINGERPRINT, KEY, OTHER_KEY = "a" * 64, "b" * 64, "c" * 64
+
+
+def test_a_note_is_read_only_whole_of_its_kind_and_about_what_it_was_asked_about():
+    code, graph = "a" * 64, "b" * 64
+    assert tier_notes.CODE.decode(code, tier_notes.CODE.encode(code, graph)) == graph
+    keys = [graph, code]
+    assert tier_notes.OP_KEYS.decode(graph, tier_notes.OP_KEYS.encode(graph, keys)) == keys
+    for kind, about, note in [
+        (tier_notes.CODE, code, tier_notes.CODE.encode("c" * 64, graph)),  # about another code
+        (tier_notes.CODE, code, tier_notes.CODE.encode(code, "not a key")),
+        (tier_notes.CODE, code, tier_notes.OP_KEYS.encode(code, [graph])),  # another kind
+        (tier_notes.OP_KEYS, graph, tier_notes.OP_KEYS.encode(graph, [])),
+        (tier_notes.OP_KEYS, graph, tier_notes.OP_KEYS.encode(graph, [code, 7])),
+        (tier_notes.CODE, code, b"{not json"),
+    ]:
+        with pytest.raises(CorruptEntry):
+            kind.decode(about, note)
 
 
 def test_an_envelope_opens_only_intact_with_its_secret_at_its_address():

@@ -78,13 +78,15 @@ class NullStore:
     def graph_of_code(self, fingerprint: str, code: str) -> str | None:
         return None
 
-    def record_graph_of_code(self, fingerprint: str, code: str, key: str) -> None:
+    def record_graph_of_code(self, fingerprint: str, code: str, key: str,
+                             far: bool = False) -> None:
         pass
 
     def op_keys_of(self, fingerprint: str, graph: str) -> list[str] | None:
         return None
 
-    def record_op_keys_of(self, fingerprint: str, graph: str, keys: list[str]) -> None:
+    def record_op_keys_of(self, fingerprint: str, graph: str, keys: list[str],
+                          far: bool = False) -> None:
         pass
 
     def lengths_read(self, fingerprint: str) -> dict[str, bool]:

@@ -300,21 +300,69 @@ class Store(Maintenance, SideFilesOfStore):
                            ) -> str | None:
         """The complete rewrite-registry digest noted for `partial`: beside the entries, or
         else, if `far`, on the remote tier (:mod:`.tier_notes`), then noted locally too."""
-        complete = super().completed_registry(fingerprint, partial)
-        if complete is None and far and self.remote is not None:
-            fetched = self.remote.fetch(fingerprint, tier_notes.registry_key(partial),
-                                        functools.partial(tier_notes.REGISTRY.decode, partial))
-            if fetched is not None:
-                complete = fetched[0]
-                super().record_completed_registry(fingerprint, partial, complete)
-        return complete
+        if not far:
+            return super().completed_registry(fingerprint, partial)
+        return self._side_table(fingerprint, partial, super().completed_registry,
+                                super().record_completed_registry,
+                                tier_notes.registry_key(partial), tier_notes.REGISTRY)
 
     def record_completed_registry(self, fingerprint: str, partial: str, complete: str,
                                   far: bool = False) -> None:
         super().record_completed_registry(fingerprint, partial, complete)
-        if far and self.remote is not None and not self.readonly:
-            self.remote.publish(fingerprint, tier_notes.registry_key(partial),
-                                tier_notes.REGISTRY.encode(partial, complete), None)
+        if far:
+            self._publish_note(fingerprint, tier_notes.registry_key(partial),
+                               tier_notes.REGISTRY, partial, complete)
+
+    def graph_of_code(self, fingerprint: str, code: str) -> str | None:
+        """The graph kernel key of code key `code`: beside the entries, or else on the remote
+        tier (:mod:`.tier_notes`), then noted locally too."""
+        return self._side_table(fingerprint, code, super().graph_of_code,
+                                super().record_graph_of_code, tier_notes.code_key(code),
+                                tier_notes.CODE)
+
+    def record_graph_of_code(self, fingerprint: str, code: str, key: str,
+                             far: bool = False) -> None:
+        """Note that graph kernel `key` holds code `code`; if `far` (a graph kernel just
+        compiled), on the remote tier too."""
+        if super().graph_of_code(fingerprint, code) != key:
+            super().record_graph_of_code(fingerprint, code, key)
+            if far:
+                self._publish_note(fingerprint, tier_notes.code_key(code), tier_notes.CODE,
+                                   code, key)
+
+    def op_keys_of(self, fingerprint: str, graph: str) -> list[str] | None:
+        """The op kernel keys of lengths-free graph key `graph`: beside the entries, or else
+        on the remote tier (:mod:`.tier_notes`), then noted locally too."""
+        return self._side_table(fingerprint, graph, super().op_keys_of,
+                                super().record_op_keys_of, tier_notes.op_keys_key(graph),
+                                tier_notes.OP_KEYS)
+
+    def record_op_keys_of(self, fingerprint: str, graph: str, keys: list[str],
+                          far: bool = False) -> None:
+        """Note the op kernel keys of lengths-free graph key `graph`; if `far`, on the remote
+        tier too."""
+        if super().op_keys_of(fingerprint, graph) != keys:
+            super().record_op_keys_of(fingerprint, graph, keys)
+            if far:
+                self._publish_note(fingerprint, tier_notes.op_keys_key(graph),
+                                   tier_notes.OP_KEYS, graph, keys)
+
+    def _side_table(self, fingerprint: str, about: str, read, record, address: str,
+                    kind: tier_notes.NoteKind):
+        """A side table's value about `about`, read locally, or else fetched from the tier's
+        note at `address` and recorded locally."""
+        value = read(fingerprint, about)
+        if value is None and self.remote is not None:
+            fetched = self.remote.fetch(fingerprint, address, functools.partial(kind.decode, about))
+            if fetched is not None:
+                value = fetched[0]
+                record(fingerprint, about, value)
+        return value
+
+    def _publish_note(self, fingerprint: str, address: str, kind: tier_notes.NoteKind,
+                      about: str, value) -> None:
+        if self.remote is not None and not self.readonly:
+            self.remote.publish(fingerprint, address, kind.encode(about, value), None)
 
     def source_path(self, fingerprint: str, key: str) -> Path:
         """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""

@@ -14,6 +14,14 @@ stored as entries under reserved keys and signed like any entry.
   them (about 0.17 s: ``scipy.sparse``). The same PyTensor, pinned by the fingerprint the
   note is filed under, registers the same rewrites.
 
+- The *code index* (:data:`CODE`, at :func:`code_key`) and the *remembered op kernel
+  keys* (:data:`OP_KEYS`, at :func:`op_keys_key`): the side files
+  (:mod:`.side_files`) that let a graph of other static lengths find the graph kernel
+  of its code without converting its ops
+  (:mod:`numba_cache.kernels.assembly.remembered_op_keys`). A fresh store learns them
+  from the tier, so that a new dataset's size costs a machine of the fleet what it
+  costs the machine that stored them: no graph kernel compiled, no op converted.
+
 A note is a JSON object: its kind's format, what it is about, and its value.
 """
 
@@ -23,6 +31,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from .entry import is_sha256_hex
 from .record import CorruptEntry
 
 
@@ -49,13 +58,30 @@ class NoteKind:
             raise CorruptEntry(f"not a note: {error}") from None
         if not (isinstance(note, dict) and note.get("format") == self.format
                 and note.get(self.about) == about
-                and isinstance(note.get(self.value), self.value_type)):
+                and isinstance(note.get(self.value), self.value_type)
+                and self.valid(note[self.value])):
             raise CorruptEntry(f"not a {self.format} note about {about[:12]}")
         return note[self.value]
+
+    @staticmethod
+    def valid(value) -> bool:
+        """Whether a value of the right type is one this kind can hold."""
+        return True
+
+
+class KeysNoteKind(NoteKind):
+    """A note whose value is one key (a SHA-256 hex digest), or a non-empty list of them."""
+
+    @staticmethod
+    def valid(value) -> bool:
+        keys = value if isinstance(value, list) else [value]
+        return bool(keys) and all(isinstance(key, str) and is_sha256_hex(key) for key in keys)
 
 
 VOUCH = NoteKind("numba_cache vouch 1", "fingerprint", "components", dict)
 REGISTRY = NoteKind("numba_cache completed registry 1", "partial", "complete", str)
+CODE = KeysNoteKind("numba_cache graph of code 1", "code", "graph", str)
+OP_KEYS = KeysNoteKind("numba_cache op keys 1", "graph", "op_keys", list)
 
 #: The address of a fingerprint's vouch: no kernel's key (a SHA-256 of its components).
 VOUCH_KEY = hashlib.sha256(b"numba_cache: the self-test passed for this fingerprint").hexdigest()
@@ -64,3 +90,13 @@ VOUCH_KEY = hashlib.sha256(b"numba_cache: the self-test passed for this fingerpr
 def registry_key(partial: str) -> str:
     """The address of the note for the registry digest `partial` (no kernel's key)."""
     return hashlib.sha256(f"numba_cache: the registry {partial} completed".encode()).hexdigest()
+
+
+def code_key(code: str) -> str:
+    """The address of the note naming the graph kernel of code key `code` (no kernel's key)."""
+    return hashlib.sha256(f"numba_cache: the graph kernel of code {code}".encode()).hexdigest()
+
+
+def op_keys_key(graph: str) -> str:
+    """The address of the note listing the op kernel keys of lengths-free graph key `graph`."""
+    return hashlib.sha256(f"numba_cache: the op kernels of graph {graph}".encode()).hexdigest()

@@ -103,4 +103,4 @@ def remember(context, lengths_free, steps: list, kernels: dict, convert: Callabl
     finally:
         context.store.record_lengths_read(fingerprint, found)
     context.store.record_op_keys_of(fingerprint, lengths_free.digest,
-                                    [kernels[step.kernel][1].digest for step in steps])
+                                    [kernels[step.kernel][1].digest for step in steps], far=True)

@@ -184,7 +184,8 @@ class GraphKernelCache(KernelCache):
     def _stored(self, sig) -> None:
         if self._code_key is not None:
             self._context.store.record_graph_of_code(
-                self._context.fingerprint.digest, self._code_key.digest, self._key.digest)
+                self._context.fingerprint.digest, self._code_key.digest, self._key.digest,
+                far=True)
         self._served(sig)
 
 
