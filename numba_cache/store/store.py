@@ -347,16 +347,16 @@ class Store(Maintenance, SideFilesOfStore):
                 self._publish_note(fingerprint, tier_notes.op_keys_key(graph),
                                    tier_notes.OP_KEYS, graph, keys)
 
-    def _side_table(self, fingerprint: str, about: str, read, record, address: str,
+    def _side_table(self, fingerprint: str, about: str, read, note_here, address: str,
                     kind: tier_notes.NoteKind):
-        """A side table's value about `about`, read locally, or else fetched from the tier's
-        note at `address` and recorded locally."""
+        """A side table's value about `about`: ``read`` locally, or else fetched from the
+        tier's note at `address` and kept locally by ``note_here``."""
         value = read(fingerprint, about)
         if value is None and self.remote is not None:
             fetched = self.remote.fetch(fingerprint, address, functools.partial(kind.decode, about))
             if fetched is not None:
                 value = fetched[0]
-                record(fingerprint, about, value)
+                note_here(fingerprint, about, value)
         return value
 
     def _publish_note(self, fingerprint: str, address: str, kind: tier_notes.NoteKind,
