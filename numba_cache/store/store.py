@@ -271,13 +271,12 @@ class Store(Maintenance, SideFilesOfStore):
         when the server is tried again (:meth:`_publish_unpublished`)."""
         if data is None:
             try:
-                data = self._backend.get(fingerprint, key)
-                if data is None:
-                    return  # evicted meanwhile
-                record.decode(data, fingerprint, key)  # damage is not sent to other machines
-                stored_source = self._backend.read_source(fingerprint, key)
+                found = self.record_of(fingerprint, key)  # checked: damage stays here
             except (CorruptEntry, OSError):
                 return  # the next lookup repairs it, and publishes anew
+            if found is None:
+                return  # evicted meanwhile
+            data, stored_source = found
             source = None if stored_source is None else stored_source.decode(errors="replace")
         if (not self.remote.publish(fingerprint, key, data, source,
                                     self.merge_for(fingerprint, key))
