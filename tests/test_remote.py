@@ -158,21 +158,26 @@ def test_server_failing_mid_run_degrades_to_local_with_one_warning(tmp_path, mon
 
 def test_what_is_compiled_during_the_back_off_is_published_when_the_server_answers_again(
         tmp_path, monkeypatch):
-    """The server stalls while `tanh` is looked up: the process compiles it locally during
-    the back-off, and publishes it at its next lookup after the back-off (`cumsum`'s), so
-    a second machine compiles nothing."""
+    """The server stalls while `tanh` is looked up: the process compiles it and a graph at
+    two lengths locally during the back-off, noting the graph's code and op kernels, and
+    publishes entries and notes at its next lookup after the back-off (`cumsum`'s), so a
+    second machine compiles nothing, at the graph's third length too."""
     backoff = 4
     with start_server(tmp_path / "redis") as own_server:
         monkeypatch.setenv("NBCACHE_REMOTE", own_server.url)
         monkeypatch.setenv("NBCACHE_REMOTE_SECRET", SECRET)
-        steps = ["sumexp", "signal SIGSTOP", "tanh", "signal SIGCONT", f"sleep {backoff}",
-                 "cumsum"]
+        steps = ["sumexp", "signal SIGSTOP", "tanh", "outer40", "outer50", "signal SIGCONT",
+                 f"sleep {backoff}", "cumsum"]
         first = machine(tmp_path / "machine-a", steps, faulty=True,
                         REDIS_PID=str(own_server.process.pid), NBCACHE_REMOTE_BACKOFF=str(backoff))
         assert first["remote"].get("timeout", 0) >= 1, first["remote"]
-        second = machine(tmp_path / "machine-b", ["sumexp", "tanh", "cumsum"])
+        assert first["session"].get("op_keys.remembered") == 1, first["session"]
+        second = machine(tmp_path / "machine-b", ["sumexp", "tanh", "cumsum", "outer70"])
     assert second["compiled"] == [], "what the first machine compiled during the back-off"
-    assert second["values"] == first["values"]
+    assert all(second["values"][name] == first["values"][name] for name in first["values"]
+               if name in second["values"])
+    assert second["session"].get("graph_by_code.hit") == 1, "the code index was not published"
+    assert second["session"].get("op_keys.remembered") == 1, "the op kernel keys were not published"
 
 
 def test_a_bug_in_the_remote_tier_is_reported_as_a_bug_and_never_fails_a_compile(
@@ -427,6 +432,22 @@ def test_a_note_is_read_only_whole_of_its_kind_and_about_what_it_was_asked_about
     ]:
         with pytest.raises(CorruptEntry):
             kind.decode(about, note)
+
+
+def test_publish_sends_the_notes_of_side_tables_naming_only_kernels_it_holds():
+    stored, gone = "d" * 64, "e" * 64
+    tables = {"registries": {"1" * 64: "2" * 64},
+              "code_index": {"3" * 64: stored, "4" * 64: gone},
+              "remembered_op_keys": {"5" * 64: [stored, stored], "6" * 64: [stored, gone]}}
+    notes = tier_notes.notes_of_side_tables(FINGERPRINT, {"numba": "0.68"}, tables, {stored})
+    assert notes == {
+        tier_notes.VOUCH_KEY: tier_notes.VOUCH.encode(FINGERPRINT, {"numba": "0.68"}),
+        tier_notes.registry_key("1" * 64): tier_notes.REGISTRY.encode("1" * 64, "2" * 64),
+        tier_notes.code_key("3" * 64): tier_notes.CODE.encode("3" * 64, stored),
+        tier_notes.op_keys_key("5" * 64): tier_notes.OP_KEYS.encode("5" * 64, [stored, stored]),
+    }
+    without_self_test = tier_notes.notes_of_side_tables(FINGERPRINT, None, tables, {stored})
+    assert tier_notes.VOUCH_KEY not in without_self_test
 
 
 def test_an_envelope_opens_only_intact_with_its_secret_at_its_address():

@@ -126,7 +126,8 @@ def test_publish_sends_what_a_machine_compiled_while_the_store_was_down(bucket, 
     """A process compiling while the store is unreachable publishes nothing; `numba-cache
     publish` sends its entries afterwards (none twice), and a second machine loads them."""
     with down() as url:
-        first = machine(tmp_path / "machine-a", GRAPHS, faulty=True, AWS_ENDPOINT_URL=url)
+        first = machine(tmp_path / "machine-a", [*GRAPHS, "outer40", "outer50"], faulty=True,
+                        AWS_ENDPOINT_URL=url)
     assert first["compiled"] and "published" not in first["remote"], first["remote"]
     assert objects(bucket["moto"], bucket["path"]) == {}
     store = {"NBCACHE_DIR": str(tmp_path / "machine-a")}
@@ -134,6 +135,7 @@ def test_publish_sends_what_a_machine_compiled_while_the_store_was_down(bucket, 
     assert dry.returncode == 0, dry.stderr
     listed = json.loads(dry.stdout)
     assert listed["dry_run"] and listed["published"] and listed["present"] == 0, listed
+    assert listed["notes_published"] >= 3 and listed["notes_present"] == 0, listed
     assert objects(bucket["moto"], bucket["path"]) == {}, "a dry run sent something"
     sent = cli_here("publish", "--json", env=store)
     assert sent.returncode == 0, sent.stderr
@@ -145,11 +147,16 @@ def test_publish_sends_what_a_machine_compiled_while_the_store_was_down(bucket, 
     again = cli_here("publish", env=store)
     count = len(report["published"])
     assert again.returncode == 0 and again.stdout.splitlines()[-1].startswith(
-        "published 0 entries"), again.stdout
+        "published 0 entries (0 B here) and 0 notes"), again.stdout
     assert f"; {count} of {count} local entries were there already" in again.stdout
-    second = machine(tmp_path / "machine-b", GRAPHS)
+    # The notes let a graph of new lengths find its graph kernel, converting nothing.
+    second = machine(tmp_path / "machine-b", [*GRAPHS, "outer70"])
     assert second["compiled"] == [], "the second machine compiled a kernel"
-    assert second["values"] == first["values"]
+    assert all(second["values"][name] == first["values"][name] for name in first["values"]
+               if name in second["values"])
+    assert second["session"].get("graph_by_code.hit") == 1, second["session"]
+    assert second["session"].get("op_keys.remembered") == 1, second["session"]
+    assert not second["dispatch_imported"], "the second machine converted the graph's ops"
 
 
 def remote_warnings(report: dict) -> list[str]:

@@ -2,7 +2,7 @@
 
 Adds the flag to the commands the other modules define, and runs the remote
 variant when it is given, on Redis or a bucket alike; ``publish`` sends the local
-entries the server lacks. The server is asked directly
+entries and notes the server lacks. The server is asked directly
 (it is not mirrored locally); its failures are one-line errors like any other.
 """
 
@@ -18,7 +18,7 @@ from numba_cache.cli.formatting import human_age, human_size, plural, table
 from numba_cache.cli.maintenance import prune_limits
 from numba_cache.keys.components import DIGEST_DIGITS
 from numba_cache.keys.remembered import this_environment
-from numba_cache.store import CorruptEntry, Store
+from numba_cache.store import CorruptEntry, Store, tier_notes
 from numba_cache.store.remote import RemoteConfigError, RemoteTier, open_tier
 
 
@@ -34,7 +34,8 @@ def register(commands, common) -> None:
         "publish", parents=[common], help="send the local entries the remote tier lacks",
         description="Send to the remote tier (NBCACHE_REMOTE) the entries of the local store "
         "of this environment's fingerprint (of every fingerprint, --all) that it does not "
-        "hold: what processes compiled while the server was unreachable (they publish it "
+        "hold, and the notes that let a fresh store use them (the self-test's vouch, the "
+        "code index, remembered op kernel keys, completed registries): what processes compiled while the server was unreachable (they publish it "
         "themselves only if the server answers again before they end), or a store filled "
         "before the tier was set. Run it at the end of a CI warm step. Exit status 1 if an "
         "entry could not be read or is over the tier's size limit.",
@@ -241,6 +242,9 @@ def command_publish(args) -> int:
     on_server = {(row[0], row[1]) for row in _entries(tier)}
     local = store.entries(fingerprint)
     missing = [entry for entry in local if (entry.fingerprint, entry.key) not in on_server]
+    notes = _local_notes(store, local)
+    missing_notes = {address: note for address, note in notes.items()
+                     if address not in on_server}
     sent, too_large, unreadable = [], [], []
     if not args.dry_run:
         from numba_cache.cli.progress import StatusLine  # rich: imported by the commands that draw
@@ -249,6 +253,11 @@ def command_publish(args) -> int:
                                 f"{len(missing)} entries to {tier.url}"):
             for entry in missing:
                 _publish_one(tier, store, entry, sent, too_large, unreadable, len(missing))
+            # After the entries: a note names kernels, which a reader then finds there.
+            for (fingerprint, address), note in missing_notes.items():
+                if not tier.publish(fingerprint, address, note, None) and tier.backing_off:
+                    raise CliError(f"the remote cache {tier.url} failed while publishing "
+                                   "notes, after every entry; run publish again")
     else:
         sent = missing
     rows = [(entry.fingerprint, entry.key, entry.size, entry.created) for entry in sent]
@@ -260,6 +269,8 @@ def command_publish(args) -> int:
             "published": [_entry_json(row) for row in rows],
             "local_bytes": sent_bytes,
             "present": len(local) - len(missing),
+            "notes_published": len(missing_notes),
+            "notes_present": len(notes) - len(missing_notes),
             "too_large": [entry.key for entry in too_large],
             "unreadable": [entry.key for entry in unreadable],
         }, indent=2))
@@ -268,8 +279,9 @@ def command_publish(args) -> int:
         if rows and args.dry_run:
             _print_rows(rows)
         verb = "would publish" if args.dry_run else "published"
-        print(f"{verb} {plural(len(sent), 'entry')} ({human_size(sent_bytes)} here) of {scope} to "
-              f"{tier.url}; {len(local) - len(missing)} of {plural(len(local), 'local entry')} "
+        print(f"{verb} {plural(len(sent), 'entry')} ({human_size(sent_bytes)} here) and "
+              f"{plural(len(missing_notes), 'note')} of {scope} to {tier.url}; "
+              f"{len(local) - len(missing)} of {plural(len(local), 'local entry')} "
               "were there already")
         if too_large:
             print(f"{plural(len(too_large), 'entry')} over the tier's size limit "
@@ -278,6 +290,19 @@ def command_publish(args) -> int:
             print(f"{plural(len(unreadable), 'entry')} could not be read, not sent "
                   "(numba-cache verify)")
     return 1 if too_large or unreadable else 0
+
+
+def _local_notes(store: Store, local: list) -> dict[tuple[str, str], bytes]:
+    """The tier notes (:mod:`numba_cache.store.tier_notes`) the side files of the local
+    entries' fingerprints make, by (fingerprint, address)."""
+    stored = defaultdict(set)
+    for entry in local:
+        stored[entry.fingerprint].add(entry.key)
+    return {(fingerprint, address): note
+            for fingerprint, keys in stored.items()
+            for address, note in tier_notes.notes_of_side_tables(
+                fingerprint, store.fingerprint_components(fingerprint),
+                store.side_tables(fingerprint), keys).items()}
 
 
 def _publish_one(tier: RemoteTier, store: Store, entry, sent: list, too_large: list,

@@ -105,6 +105,10 @@ class SideFiles:
         with contextlib.suppress(OSError):
             self._backend.put_file(self._root / fingerprint / REGISTRIES_NAME, text.encode())
 
+    def registries(self, fingerprint: str) -> dict[str, str]:
+        """Every registry digest recorded for `fingerprint`, to its complete digest."""
+        return self._registries(fingerprint)
+
     def _registries(self, fingerprint: str) -> dict[str, str]:
         known = self._json_table(fingerprint, REGISTRIES_NAME, "complete")
         return {
@@ -145,6 +149,24 @@ class SideFiles:
             return
         with contextlib.suppress(OSError):
             self._backend.put_file(self._root / fingerprint / CODE_INDEX_NAME / code, key.encode())
+
+    def code_index(self, fingerprint: str) -> dict[str, str]:
+        """Every code key recorded for `fingerprint`, to the graph kernel key holding it."""
+        return self._table_of_files(fingerprint, CODE_INDEX_NAME, self.graph_of_code)
+
+    def remembered_op_keys(self, fingerprint: str) -> dict[str, list[str]]:
+        """Every lengths-free graph key recorded for `fingerprint`, to its op kernel keys."""
+        return self._table_of_files(fingerprint, OP_KEYS_NAME, self.op_keys_of)
+
+    def _table_of_files(self, fingerprint: str, name: str, read) -> dict:
+        """The readable values of the one-file-per-key directory `name`, by file name."""
+        check_name("fingerprint", fingerprint)
+        try:
+            names = sorted(path.name for path in (self._root / fingerprint / name).iterdir())
+        except OSError:
+            return {}
+        values = {about: read(fingerprint, about) for about in names if is_sha256_hex(about)}
+        return {about: value for about, value in values.items() if value is not None}
 
     def op_keys_of(self, fingerprint: str, graph: str) -> list[str] | None:
         """The op kernel keys recorded for lengths-free graph key `graph`, one per step of its
@@ -268,6 +290,14 @@ class SideFilesOfStore:
 
     def record_completed_registry(self, fingerprint: str, partial: str, complete: str) -> None:
         self._side_files.record_completed_registry(fingerprint, partial, complete)
+
+    def side_tables(self, fingerprint: str) -> dict[str, dict]:
+        """What the side files of `fingerprint` record, by table: ``registries`` (partial to
+        complete digest), ``code_index`` (code key to graph kernel key) and
+        ``remembered_op_keys`` (lengths-free graph key to op kernel keys)."""
+        return {"registries": self._side_files.registries(fingerprint),
+                "code_index": self._side_files.code_index(fingerprint),
+                "remembered_op_keys": self._side_files.remembered_op_keys(fingerprint)}
 
     def graph_of_code(self, fingerprint: str, code: str) -> str | None:
         """The graph kernel key last stored with code key `code` (:mod:`.side_files`)."""

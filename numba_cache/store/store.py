@@ -59,8 +59,10 @@ class Store(Maintenance, SideFilesOfStore):
         #: ``(fingerprint, key)`` of the entries this process loaded or stored.
         self._used_here: set[tuple[str, str]] = set()
         #: ``(fingerprint, key)`` of entries stored while the remote tier was backing off
-        #: after a failure: published when the server is tried again.
+        #: after a failure, and the notes (:mod:`.tier_notes`) it did not take then, by
+        #: address: published when the server is tried again.
         self._unpublished: set[tuple[str, str]] = set()
+        self._unpublished_notes: dict[tuple[str, str], bytes] = {}
 
     @functools.cached_property
     def remote(self) -> RemoteTier | None:
@@ -284,11 +286,14 @@ class Store(Maintenance, SideFilesOfStore):
             self._unpublished.add((fingerprint, key))
 
     def _publish_unpublished(self) -> None:
-        """Publish what was stored during a back-off, once the server may be tried again;
-        a new failure keeps the rest for the next time. A process that ends first leaves
-        them to ``numba-cache publish``."""
+        """Publish what was stored or noted during a back-off, once the server may be tried
+        again; a new failure keeps the rest for the next time. A process that ends first
+        leaves them to ``numba-cache publish``."""
         while self._unpublished and not self.remote.backing_off:
             self._publish(*self._unpublished.pop())
+        while self._unpublished_notes and not self.remote.backing_off:
+            address, note = self._unpublished_notes.popitem()
+            self._publish_note_data(*address, note)
 
     @staticmethod
     def merge_for(fingerprint: str, key: str):
@@ -361,7 +366,14 @@ class Store(Maintenance, SideFilesOfStore):
     def _publish_note(self, fingerprint: str, address: str, kind: tier_notes.NoteKind,
                       about: str, value) -> None:
         if self.remote is not None and not self.readonly:
-            self.remote.publish(fingerprint, address, kind.encode(about, value), None)
+            self._publish_note_data(fingerprint, address, kind.encode(about, value))
+
+    def _publish_note_data(self, fingerprint: str, address: str, note: bytes) -> None:
+        """Publish a note; one the tier does not take because it is backing off is kept
+        for :meth:`_publish_unpublished`, as entries are."""
+        if (not self.remote.publish(fingerprint, address, note, None)
+                and self.remote.backing_off):
+            self._unpublished_notes[(fingerprint, address)] = note
 
     def source_path(self, fingerprint: str, key: str) -> Path:
         """Where the readable ``.py`` copy of an entry's source is (or would be) kept."""
@@ -372,8 +384,8 @@ class Store(Maintenance, SideFilesOfStore):
         """Publish to the remote tier, if any, that the self-test passed for `fingerprint`
         (:mod:`.tier_notes`)."""
         if self.remote is not None:
-            self.remote.publish(fingerprint, tier_notes.VOUCH_KEY,
-                                tier_notes.VOUCH.encode(fingerprint, components), None)
+            self._publish_note_data(fingerprint, tier_notes.VOUCH_KEY,
+                                    tier_notes.VOUCH.encode(fingerprint, components))
 
     def vouched(self, fingerprint: str) -> bool:
         """Whether the remote tier holds a vouch for `fingerprint` signed with our secret."""

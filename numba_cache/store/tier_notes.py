@@ -100,3 +100,22 @@ def code_key(code: str) -> str:
 def op_keys_key(graph: str) -> str:
     """The address of the note listing the op kernel keys of lengths-free graph key `graph`."""
     return hashlib.sha256(f"numba_cache: the op kernels of graph {graph}".encode()).hexdigest()
+
+
+def notes_of_side_tables(fingerprint: str, components: dict | None, tables: dict,
+                         stored: set[str]) -> dict[str, bytes]:
+    """The notes a local store makes for the tier, by address, from what its side files
+    record of `fingerprint` (``SideFilesOfStore.side_tables``): its vouch where the
+    self-test passed there (`components` recorded), every completed registry, and every
+    code-index and op-keys record whose kernels are all `stored` locally (a note naming
+    a kernel the tier is not sent would only send a fresh store looking for it)."""
+    notes = {} if components is None else {VOUCH_KEY: VOUCH.encode(fingerprint, components)}
+    for partial, complete in tables["registries"].items():
+        notes[registry_key(partial)] = REGISTRY.encode(partial, complete)
+    for code, graph in tables["code_index"].items():
+        if graph in stored:
+            notes[code_key(code)] = CODE.encode(code, graph)
+    for graph, op_keys in tables["remembered_op_keys"].items():
+        if stored.issuperset(op_keys):
+            notes[op_keys_key(graph)] = OP_KEYS.encode(graph, op_keys)
+    return notes
