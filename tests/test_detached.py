@@ -79,6 +79,47 @@ def test_a_warm_process_runs_stored_blocks_without_the_dispatch_and_gives_the_sa
     assert imported["bits"] == cold["bits"]
 
 
+SPECIAL = """
+import json, sys
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import numba_cache
+import numba.core.extending
+from numba_cache.kernels.runtime import cython_addresses
+
+x = pt.dvector("x")
+outputs = [pt.i0(x) + pt.i1(x), pt.i0(x) * pt.sqrt(x)]
+point = np.array([0.5, 1.5, 3.0])
+values = pytensor.function([x], outputs, mode="NUMBA_CACHE")(point)
+numba_values = pytensor.function([x], outputs, mode="NUMBA")(point)
+print(json.dumps({
+    "bits": [np.asarray(v).tobytes().hex() for v in values],
+    "numba_bits": [np.asarray(v).tobytes().hex() for v in numba_values],
+    "stats": dict(numba_cache.session_stats()),
+    # What the carried namespaces may change: their own copies, never a module's globals.
+    "modules_untouched": (
+        numba.core.extending.get_cython_function_address.__module__ == "numba.core.extending"
+        and cython_addresses.get_cython_function_address
+        is numba.core.extending.get_cython_function_address),
+}))
+"""
+
+
+@pytest.mark.slow
+def test_a_warm_process_runs_several_scipy_special_blocks_and_changes_no_modules_globals(
+        private_store):
+    """Each ``scipy.special`` kernel carries numba's ``get_cython_function_address`` by
+    reference; swapping it in the module it came from made the next block's lookup call
+    itself (a RecursionError in every warm process of a model with two such ops)."""
+    cold = run_python(SPECIAL)
+    assert cold["bits"] == cold["numba_bits"] and cold["modules_untouched"]
+    for _ in range(2):  # the second warm process loads what the first one may have stored
+        warm = run_python(SPECIAL)
+        assert warm["stats"].get("objmode.hit", 0) >= 2, warm["stats"]
+        assert warm["bits"] == cold["bits"]
+        assert warm["modules_untouched"]
+
+
 def test_a_function_writing_a_global_is_not_carried():
     def counts():
         global _calls

@@ -161,14 +161,27 @@ def _namespace(module: str) -> dict | None:
 
 
 def _addresses_without_packages(namespace: dict) -> None:
-    """Have `namespace` and its functions find Cython functions' addresses through
-    :func:`~.cython_addresses.cython_function_address`: the same addresses, without
-    importing ``scipy.linalg``. The functions are the namespace's own copies."""
+    """Have `namespace` and the functions carried in it by value find Cython functions'
+    addresses through :func:`~.cython_addresses.cython_function_address`: the same
+    addresses, without importing ``scipy.linalg``.
+
+    A function carried by reference (numba's ``get_cython_function_address`` itself, in
+    a ``scipy.special`` kernel's namespace) has its module's globals: those are never
+    changed, or numba's module would hand the replacement to every later caller, and
+    the replacement's own module would have it call itself."""
     for scope in (namespace, *(value.__globals__ for value in namespace.values()
                                if isinstance(value, types.FunctionType))):
+        if _globals_of_a_module(scope):
+            continue
         for name, value in list(scope.items()):
             if value is get_cython_function_address:
                 scope[name] = cython_function_address
+
+
+def _globals_of_a_module(scope: dict) -> bool:
+    """Whether `scope` is the namespace of an imported module (not a copy of one)."""
+    module = sys.modules.get(scope.get("__name__"))
+    return module is not None and getattr(module, "__dict__", None) is scope
 
 
 def _pickled(namespaces: dict) -> bytes | None:
