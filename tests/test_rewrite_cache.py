@@ -177,6 +177,44 @@ def test_key_changes_with_rewrite_flags():
         assert key_of() != before
 
 
+def test_key_changes_with_whether_a_compiler_is_set_not_with_its_path():
+    """Without a C++ compiler (``cxx=""``, which PyTensor sets where it finds none) fusion
+    makes kernels of at most 32 operands, else 1024: another graph, other bits."""
+    with config.change_flags(cxx="/usr/bin/g++"):
+        one_path = key_of()
+    with config.change_flags(cxx="g++"):
+        assert key_of() == one_path
+    with config.change_flags(cxx=""):
+        assert key_of() != one_path
+
+
+def test_every_flag_pytensors_rewrites_read_is_keyed_or_steers_nothing_numba_runs():
+    """Each PyTensor flag named in PyTensor's rewriting modules is in the rewrite key (by
+    value or by the fact rewrites read), in the fingerprint, or listed here with why it
+    changes no rewritten graph in a numba mode: a new flag read fails here first."""
+    import re
+    from pathlib import Path
+
+    import pytensor
+
+    from numba_cache.keys.fingerprint import PYTENSOR_FLAGS
+    from numba_cache.keys.rewrites import REWRITE_FLAG_FACTS, REWRITE_FLAGS
+
+    steers_nothing = {
+        "optimizer_verbose": "prints rewrites", "optimizer_verbose_ignore": "the same",
+        "mode": "the mode compiling, keyed by its query (get_active_mode's fallback)",
+        "blas__ldflags": "read by cxx_only rewrites, which numba modes exclude",
+    }
+    root = Path(pytensor.__file__).parent
+    read = {match.group(1)
+            for path in root.rglob("*.py")
+            if "rewriting" in (*path.parts[:-1], path.stem) and "tests" not in path.parts
+            for match in re.finditer(r"\bconfig\.(\w+)", path.read_text())}
+    assert read, "no flag read found: has PyTensor moved its rewrites?"
+    keyed = {*REWRITE_FLAGS, *REWRITE_FLAG_FACTS, *PYTENSOR_FLAGS}
+    assert read - keyed - set(steers_nothing) == set()
+
+
 @pytest.mark.parametrize("tag", ["symmetric", "lower_triangular", "psd", "indestructible"])
 def test_key_changes_with_a_tag_rewriting_reads(tag):
     def tagged(x):

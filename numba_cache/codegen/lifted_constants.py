@@ -35,6 +35,7 @@ and ``tests/test_lifted_constants.py`` fails.
 from __future__ import annotations
 
 import functools
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -67,13 +68,18 @@ def lifted_positions(node) -> tuple:
                                     for position, constant in enumerate(found.liftable)}
 
 
+#: An object's address in its default repr (``<... object at 0x7f...>``): another in every
+#: process, so left out of the text (a graph kernel's source must be the same in each).
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def summary(node, lifts: bool, width: int | None = None) -> str:
     """`node`'s op as text (of at most `width` characters); its class alone when its kernel
     `lifts` constants, whose values the text must not spell (a graph kernel serves every
     value of them)."""
     if lifts:
         return f"{type(node.op).__name__} (constants lifted)"[:width]
-    return str(node.op)[:width]
+    return _ADDRESS.sub("", str(node.op))[:width]
 
 
 def lifted(node, constants: tuple):

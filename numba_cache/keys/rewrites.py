@@ -43,6 +43,11 @@ REWRITE_FLAGS = (
     "scan__allow_output_prealloc",
     "tensor__insert_inplace_optimizer_validate_nb",
 )
+#: PyTensor flags rewrites read one fact of, keyed as that fact: the value may name this
+#: machine (a compiler's path), which a key shared by a fleet must not.
+REWRITE_FLAG_FACTS = {
+    "cxx": bool,  # a C++ compiler is set: fusion's operand limit is 1024, else 32
+}
 
 def describe_query(query, database=None) -> list:
     """A rewrite query (include/exclude/require tags...) or, failing that, the rewriter.
@@ -162,6 +167,8 @@ def rewrite_key(fgraph, inputs, outputs, mode, fingerprint, rewrites_digest: str
             "query": describe_query(mode_query(mode), mode.optdb),
             "rewrites": rewrites_digest,
             "flags": {flag: str(getattr(config, flag)) for flag in REWRITE_FLAGS},
+            "flag_facts": {flag: fact(getattr(config, flag))
+                           for flag, fact in REWRITE_FLAG_FACTS.items()},
         },
     )
 
