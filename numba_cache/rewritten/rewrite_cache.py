@@ -35,7 +35,7 @@ from pytensor.compile.maker import FunctionMaker
 from numba_cache import session
 from numba_cache.collector import older_objects_frozen
 from numba_cache.codegen.sources import GraphSource, graph_kernel_name, graph_source
-from numba_cache.kernels.outcomes import report
+from numba_cache.kernels.outcomes import replay, report
 from numba_cache.kernels.outcomes.uncacheable import unkeyed
 from numba_cache.keys.canonical import digest
 from numba_cache.keys.constants import hidden_constants
@@ -94,11 +94,12 @@ class CachedRewriteFunctionMaker(FunctionMaker):
             if lookup is not None and lookup.restore(held):
                 return
             reads = lookup.before_rewrite() if lookup is not None else None
-            with watch(reads) if reads is not None else contextlib.nullcontext():
+            with (watch(reads) if reads is not None else contextlib.nullcontext(),
+                  replay.recording() as said):
                 FunctionMaker.prepare_fgraph(
                     inputs, outputs, additional_outputs, fgraph, mode, profile)
             if lookup is not None:
-                lookup.save(reads)
+                lookup.save(reads, replay.about_the_graph(said))
 
 
 def report_unkeyable(context, fgraph, error: Exception) -> None:
@@ -232,6 +233,7 @@ class RewriteLookup:
                                                self.fgraph.inputs, slots)
             expected_source = entry_layout.decode_digest(
                 entry.blobs[entry_layout.KERNEL_SOURCE_BLOB])
+            said = entry_layout.decode_warnings(entry.blobs.get(entry_layout.WARNINGS_BLOB))
             _replace_outputs(self.fgraph, outputs)
             known = known_graph_kernel(self.fgraph, graph_key, restored_order(self.fgraph, order))
             restored_source = digest(known.generated.source)
@@ -243,6 +245,7 @@ class RewriteLookup:
             return self._discard(key, ValueError(
                 "the restored graph generates other kernel source than the rewritten graph"))
         session.current().known_graph_kernels[self.fgraph] = known
+        replay.emit(said)  # what rewriting this graph told, told again
         return True
 
     def _put_back(self, outputs) -> None:
@@ -265,12 +268,13 @@ class RewriteLookup:
             return None
         return DataReads(self.originals)
 
-    def save(self, reads: DataReads | None) -> None:
-        """Store the rewritten graph: by data key when it is valid for other data."""
+    def save(self, reads: DataReads | None, said: list[dict]) -> None:
+        """Store the rewritten graph, and the warnings rewriting `said`: by data key when it
+        is valid for other data."""
         if reads is not None:
             recipe = reads.recipe(self.fgraph)
             if not reads.bound_by:
-                self._save(self.data_key, recipe, reads)
+                self._save(self.data_key, recipe, reads, said)
                 return
             report.logger.debug("rewrite %s is data-bound: %s", self.data_key.short,
                                 "; ".join(reads.bound_by))
@@ -279,9 +283,9 @@ class RewriteLookup:
                 kind="rewrite", summary=self.data_key.summary,
                 reason=f"data-bound: {reads.bound_by[0]}"))
         if self.content_key is not None:
-            self._save(self.content_key, [], None)
+            self._save(self.content_key, [], None, said)
 
-    def _save(self, key, recipe, reads) -> None:
+    def _save(self, key, recipe, reads, said: list[dict]) -> None:
         hidden = hidden_constants(self.fgraph) if recipe else []
         slotted = [(constant, origin) for constant, origin in zip(hidden, recipe) if origin]
         try:
@@ -297,6 +301,8 @@ class RewriteLookup:
                 entry_layout.KERNEL_SOURCE_BLOB: entry_layout.encode_digest(
                     digest(known.generated.source)),
             }
+            if said:
+                blobs[entry_layout.WARNINGS_BLOB] = entry_layout.encode_warnings(said)
             if reads is not None:
                 blobs[entry_layout.REWRITE_DATA_BLOB] = entry_layout.encode_rewrite_data({
                     "questions": reads.questions(),

@@ -8,9 +8,14 @@ at the same moment (see :func:`numba_cache.kernels.assembly.graph_kernel.graph_k
 the warnings of that conversion with the graph's entry, as ccache keeps a
 compiler's stderr: a hit tells them again, in order, at the same point.
 
+Rewriting warns too (fusion stopping at the kernel argument limit): the rewrite
+cache keeps what rewriting said with the rewritten graph, and a hit tells it again.
+
 Warnings are recorded, then emitted again through :func:`warnings.warn_explicit`
 with their category, message and origin, so the user's filters apply to them as
-to the originals (``pytest.warns``, ``filterwarnings("error")``).
+to the originals (``pytest.warns``, ``filterwarnings("error")``). Only warnings
+about the graph are kept (:func:`about_the_graph`): a deprecation met by an import
+that the first compile of a process made is told then, not by every later hit.
 """
 
 from __future__ import annotations
@@ -34,6 +39,16 @@ def recording() -> Iterator[list[dict]]:
                 recorded.extend(_describe(warning) for warning in caught)
     finally:  # what was said before an error is said too, as without recording
         emit(recorded)
+
+
+#: Categories of warnings about code, not the graph: told when they happen, never kept.
+ABOUT_CODE = frozenset({"builtins:DeprecationWarning", "builtins:PendingDeprecationWarning",
+                        "builtins:ImportWarning"})
+
+
+def about_the_graph(recorded: list[dict]) -> list[dict]:
+    """The recorded warnings to keep with an entry, to be told again on a hit."""
+    return [warning for warning in recorded if warning["category"] not in ABOUT_CODE]
 
 
 def emit(recorded: list[dict]) -> None:

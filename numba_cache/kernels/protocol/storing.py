@@ -13,7 +13,7 @@ import time
 
 from numba_cache._compat import numba_internals
 from numba_cache.kernels.helpers import compile_ahead
-from numba_cache.kernels.outcomes import collisions, report
+from numba_cache.kernels.outcomes import collisions, replay, report
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.kernels.protocol import stored_library
 from numba_cache.kernels.protocol.serialize import dump_compile_result
@@ -114,9 +114,9 @@ class KernelStorage:
         components = dict(self._key.components)
         if verdict is not None:
             components["detail"] = verdict.detail
-        if cacheable and self._warnings:  # an uncacheable kernel converts, and warns, every time
-            blobs = blobs | {
-                entry_layout.WARNINGS_BLOB: entry_layout.encode_warnings(self._warnings)}
+        said = replay.about_the_graph(self._warnings)
+        if cacheable and said:  # an uncacheable kernel converts, and warns, every time
+            blobs = blobs | {entry_layout.WARNINGS_BLOB: entry_layout.encode_warnings(said)}
         entry = Entry(
             key=self._key.digest,
             fingerprint=self._context.fingerprint.digest,
