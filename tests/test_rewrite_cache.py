@@ -385,3 +385,47 @@ def test_rewrites_digest_does_not_depend_on_whether_ops_were_converted(private_s
     repaired = run_python(REWRITES_DIGEST)
     assert repaired["digest"] == first["digest"] and repaired["imported"]
     assert not run_python(REWRITES_DIGEST)["imported"]
+
+
+FUSION_UNDER_FILTERS = """
+import json, sys, warnings
+import numpy as np, pytensor, pytensor.tensor as pt
+import numba_cache
+mode, action = sys.argv[1:]
+warnings.simplefilter(action)
+xs = [pt.dvector(f"x{i}") for i in range(40)]
+y = pt.dvector("y")
+# Without a compiler fusion stops at 32 operands and warns: under "error" the warning
+# fails PyTensor's fusion pass, which is skipped, leaving the second output unfused too.
+outputs = [pt.exp(sum(pt.sin(x) for x in xs)), pt.exp(y) * 2 + pt.cos(y)]
+with pytensor.config.change_flags(cxx=""):
+    f = pytensor.function([*xs, y], outputs, mode=mode)
+values = f(*[np.full(2, 0.01 * i) for i in range(41)])
+print(json.dumps({"nodes": len(f.maker.fgraph.apply_nodes),
+                  "bits": [v.tobytes().hex() for v in values],
+                  "stats": dict(numba_cache.session_stats())}))
+"""
+
+
+def _fusion_under(mode: str, action: str) -> dict:
+    return run_python(f"import sys; sys.argv = ['child', {mode!r}, {action!r}]\n"
+                      + FUSION_UNDER_FILTERS)
+
+
+@pytest.mark.slow
+def test_a_graph_whose_rewrite_failed_is_not_stored_nor_served_where_it_succeeds(private_store):
+    """Warnings as errors make a warning rewrite fail, as in NUMBA (the graph built, its
+    fusion skipped); that graph is not stored, so a process with other filters gets the
+    graph PyTensor gives there, and stores it."""
+    numba_error, numba_default = _fusion_under("NUMBA", "error"), _fusion_under("NUMBA", "default")
+    assert numba_error["nodes"] > numba_default["nodes"]  # the case is worth something
+    for _ in ("cold", "again"):
+        failed = _fusion_under("NUMBA_CACHE", "error")
+        assert (failed["nodes"], failed["bits"]) == (numba_error["nodes"], numba_error["bits"])
+        assert failed["stats"].get("uncacheable:rewrite-failed") == 1, failed["stats"]
+    cold = _fusion_under("NUMBA_CACHE", "default")
+    assert cold["stats"].get("rewrite.miss") == 1, cold["stats"]
+    warm = _fusion_under("NUMBA_CACHE", "default")
+    assert warm["stats"].get("rewrite.hit") == 1, warm["stats"]
+    for ours in (cold, warm):
+        assert (ours["nodes"], ours["bits"]) == (numba_default["nodes"], numba_default["bits"])

@@ -10,3 +10,7 @@ CONSTANT_FOLDING = "pytensor.tensor.rewriting.basic.unconditional_constant_foldi
 def mode_query(mode):
     """The rewrite query a mode was built with (``Mode._optimizer``)."""
     return mode._optimizer
+
+#: The logger PyTensor's rewriters report a failed rewrite on, at ERROR, before going on
+#: without it (``SequentialGraphRewriter.warn``, ``NodeProcessingGraphRewriter.warn``).
+REWRITE_FAILURE_LOGGER = "pytensor.graph.rewriting.basic"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 
 from numba_cache._compat import require, seam, tensor_constant_data
-from numba_cache._compat.pytensor_internals import CONSTANT_FOLDING
+from numba_cache._compat.pytensor_internals import CONSTANT_FOLDING, REWRITE_FAILURE_LOGGER
 
 __all__ = ["tensor_constant_data"]  # its seam registers on import
 
@@ -46,6 +46,17 @@ def numba_linker() -> None:
 
     for name in ("fgraph_convert", "jit_compile", "create_thunk_inputs", "create_jitable_thunk"):
         require(callable(getattr(NumbaLinker, name, None)), f"NumbaLinker.{name} is gone")
+
+
+@seam("rewrite failures logged", "pytensor", WRITTEN_FOR, "rewritten/rewrite_failures.py")
+def rewrite_failures_logged() -> None:
+    from pytensor.graph.rewriting import basic
+
+    require(getattr(getattr(basic, "_logger", None), "name", None) == REWRITE_FAILURE_LOGGER,
+            f"the rewriters no longer log on {REWRITE_FAILURE_LOGGER}")
+    for callback in (basic.SequentialGraphRewriter.warn, basic.NodeProcessingGraphRewriter.warn):
+        require("_logger.error" in inspect.getsource(callback),
+                f"{callback.__qualname__} no longer logs a failed rewrite")
 
 
 @seam("constant folding's local 'node'", "pytensor", WRITTEN_FOR, "rewritten/data_reads.py")

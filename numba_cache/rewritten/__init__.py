@@ -3,5 +3,7 @@
 - :mod:`.rewrite_cache`: a function maker that looks the rewritten graph up before
   PyTensor rewrites it, and stores it after;
 - :mod:`.data_reads`: what rewriting read of constants' data, so that a key names it;
-- :mod:`.data_readers`: the kinds of read a key can answer, by registration.
+- :mod:`.data_readers`: the kinds of read a key can answer, by registration;
+- :mod:`.rewrite_failures`: whether one of PyTensor's rewrites failed, so that the
+  graph is not stored.
 """

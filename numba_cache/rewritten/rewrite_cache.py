@@ -39,6 +39,7 @@ from numba_cache.kernels.outcomes import replay, report
 from numba_cache.kernels.outcomes.uncacheable import unkeyed
 from numba_cache.keys.canonical import digest
 from numba_cache.keys.constants import hidden_constants
+from numba_cache.rewritten import rewrite_failures
 from numba_cache.rewritten.data_reads import DataReads, answers_for, derive, equal_pairs, watch
 from numba_cache.keys.kernels import graph_kernel_key, op_calls_setting
 from numba_cache.keys.key import Key
@@ -94,11 +95,17 @@ class CachedRewriteFunctionMaker(FunctionMaker):
             if lookup is not None and lookup.restore(held):
                 return
             reads = lookup.before_rewrite() if lookup is not None else None
+            # Under filters that raise, warnings are left to act as without numba_cache
+            # (a rewrite they fail is then not stored, below), and none is kept.
+            recorded = (contextlib.nullcontext([]) if replay.filters_raise()
+                        else replay.recording())
             with (watch(reads) if reads is not None else contextlib.nullcontext(),
-                  replay.recording() as said):
+                  recorded as said, rewrite_failures.watched() as failed):
                 FunctionMaker.prepare_fgraph(
                     inputs, outputs, additional_outputs, fgraph, mode, profile)
-            if lookup is not None:
+            if lookup is not None and failed.first is not None:
+                lookup.not_stored(failed.first)
+            elif lookup is not None:
                 lookup.save(reads, replay.about_the_graph(said))
 
 
@@ -267,6 +274,15 @@ class RewriteLookup:
         if self.data_key is None or self._data_entry_found:
             return None
         return DataReads(self.originals)
+
+    def not_stored(self, failure: str) -> None:
+        """A rewrite failed while rewriting this graph: counted, explained, nothing stored
+        (:mod:`.rewrite_failures`)."""
+        reason = rewrite_failures.REWRITE_FAILED
+        report.record(self.context, f"uncacheable:{reason}")
+        if self.first_key is not None:
+            report.lookup(self.context, self.first_key, f"uncacheable ({reason}: {failure})")
+        report.logger.debug("rewritten graph not stored, a rewrite failed: %s", failure)
 
     def save(self, reads: DataReads | None, said: list[dict]) -> None:
         """Store the rewritten graph, and the warnings rewriting `said`: by data key when it

@@ -41,6 +41,13 @@ def recording() -> Iterator[list[dict]]:
         emit(recorded)
 
 
+def filters_raise() -> bool:
+    """Whether a warning filter in force turns some warning into an exception. Recording
+    then would change what the code recorded does: a warning raised inside PyTensor's
+    rewriters is caught there, and that rewrite skipped."""
+    return any(entry[0] == "error" for entry in warnings.filters)
+
+
 #: Categories of warnings about code, not the graph: told when they happen, never kept.
 ABOUT_CODE = frozenset({"builtins:DeprecationWarning", "builtins:PendingDeprecationWarning",
                         "builtins:ImportWarning"})
