@@ -13,8 +13,10 @@ one attribute check.
 numba mangles every function it compiles with a unique id (``B<n>v<digits>``)
 and an ABI tag (``B<n><base64>``) that differ from one process (or one
 dispatcher) to the next for the same code; environment names built from them
-appear in string constants too, with their lengths. The same code also differs
-by what numba compiled before in the process (see ``_PROCESS_NOISE``). Everything
+appear in string constants too, with their lengths, and string constants are named
+by their ``hash()``, which differs by process. The same code also differs by what
+numba compiled before in the process (see ``_PROCESS_NOISE``), in numba's own
+functions above all, which are left out (:class:`_NumbasOwnFunctions`). Everything
 else in the IR is the code; pickled constants are left out of the comparison, so
 a collision only in an object-mode block's Python code is not seen here (blocks
 are stored and keyed apart).
@@ -73,7 +75,7 @@ def _normalized_pieces(llvm_ir: str, function_name: str | None = None) -> Iterat
     are numbered whichever chunks it spans: the pieces are the same whatever the chunks."""
     if function_name is not None and not _GRAPH_FUNCTION_NAME.fullmatch(function_name):
         raise ValueError(f"{function_name!r} is not a graph function's name")
-    names = _LocalNames()
+    names, numbas, strings = _LocalNames(), _NumbasOwnFunctions(), _StringConstants()
     start = 0
     while start < len(llvm_ir):
         end = llvm_ir.find("\n", start + _CHUNK)
@@ -82,10 +84,11 @@ def _normalized_pieces(llvm_ir: str, function_name: str | None = None) -> Iterat
         text = "\n" + "".join(_without_unique_ids(llvm_ir[start:end], function_name))
         if "@.const.pick" in text or "@_ZN08NumbaEnv" in text:
             text = _PICKLE_NAME.sub(r"\1", _PICKLE_LENGTH.sub(r"\1_", _PROCESS_NOISE.sub("", text)))
+        text = strings.numbered(text)
         for function_starts, piece in _functions(text[1:]):
             if function_starts:
                 yield names.end_function()
-            yield names.without_names(piece)
+            yield names.without_names(numbas.without_them(piece, function_starts))
         start = end
     yield names.end_function()
 
@@ -138,6 +141,48 @@ _PICKLE_LENGTH = re.compile(r"(@\.const\.pickledata\.[0-9a-f]*, i\d+ )\d+")
 _FREEZE = re.compile(r"\n[ \t]*(%[-\w$.]+) = freeze \S+ (%[-\w$.]+)(?=\n)")
 _LABEL = re.compile(r"\n([-\w$.]+):")
 _LOCAL = re.compile(r"(%[-\w$.]+)")
+
+
+#: A definition of one of numba's own functions (its implementation of ``np.ascontiguousarray``...).
+_NUMBAS_OWN = re.compile(r"define [^@\n]*@_ZN5numba")
+#: A string constant of numba's, named by the string's ``hash()``, another in every process.
+_STRING_CONSTANT = re.compile(r"@\.bytes\.-?\d+\b")
+
+
+class _NumbasOwnFunctions:
+    """Leaves out the definitions of numba's own functions, across chunks. Their code is
+    numba's (its version is in the fingerprint), called under names that spell their
+    types; what the optimiser makes of them depends on what numba compiled before in the
+    process (one compiled for an earlier kernel is linked in as it was optimised then),
+    so a kernel's verifying compile in another process differed there alone."""
+
+    def __init__(self):
+        self._inside = False
+
+    def without_them(self, piece: str, function_starts: bool) -> str:
+        if function_starts:
+            self._inside = _NUMBAS_OWN.match(piece) is not None
+        if not self._inside:
+            return piece
+        end = piece.find("\n}\n")
+        if end < 0:
+            return ""
+        self._inside = False
+        return piece[end + len("\n}\n"):]
+
+
+class _StringConstants:
+    """numba's string constants, named by their hash, numbered in order of appearance."""
+
+    def __init__(self):
+        self._numbers: dict[str, int] = {}
+
+    def numbered(self, text: str) -> str:
+        if "@.bytes." not in text:
+            return text
+        return _STRING_CONSTANT.sub(
+            lambda match: f"@.bytes.{self._numbers.setdefault(match[0], len(self._numbers))}",
+            text)
 
 
 class _LocalNames:
