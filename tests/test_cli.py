@@ -232,7 +232,8 @@ def test_show_refuses_an_ambiguous_or_unknown_key_in_one_line(store):
     from numba_cache.store import Entry, Store
 
     real = listing()[0]
-    twin = real["key"][:8] + "0" * 55 + ("1" if real["key"][-1] != "1" else "2")
+    ninth = "0" if real["key"][8] != "0" else "1"  # so that nine digits tell them apart
+    twin = real["key"][:8] + ninth + "0" * 54 + ("1" if real["key"][-1] != "1" else "2")
     Store(settings.current()).save(Entry(key=twin, fingerprint=real["fingerprint"], kind="op"))
     one_line_error(numba_cache("show", real["key"][:8]), "ambiguous", "2 entries")
     assert numba_cache("show", real["key"][:9]).returncode == 0

@@ -9,8 +9,10 @@ seed as the reference.
 
 Draws against the built-in: NUTS amplifies differences in the last bits of the
 gradient (numba_cache's generated code is not PyTensor's; see
-numba_cache/evaluation/compare.py), so after 60 iterations the draws agree to about 1e-6,
-not bit for bit. The test states the bound it holds them to.
+numba_cache/evaluation/compare.py), so after 60 iterations the draws agree to about 1e-5
+(a few 1e-4 of each parameter's posterior standard deviation), not bit for bit. The
+test states the bound it holds them to: relative to the spread, since an element near
+zero differs by much more than 1e-3 of itself (it failed so, at 1.1e-3).
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ import pytest
 
 TESTS = Path(__file__).parent
 
-#: Relative difference allowed between numba_cache's draws and the built-in's (see above).
-DRAWS_RTOL = 1e-3
+#: Difference allowed between numba_cache's draws and the built-in's, as a fraction of
+#: each parameter's posterior standard deviation in the built-in's draws (see above).
+DRAWS_OF_SPREAD = 1e-3
 
 pytestmark = pytest.mark.slow
 
@@ -67,14 +70,14 @@ def model_compiles(records: list) -> list[str]:
 
 
 def assert_close_draws(draws: dict, reference: dict) -> None:
-    relative = max(float(np.max(np.abs(np.asarray(v) - reference[n]) / np.abs(reference[n])))
-                   for n, v in draws.items())
-    print(f"draws vs NUMBA: {relative:.2e} relative at most")
     for name, values in draws.items():
         values, expected = np.asarray(values), np.asarray(reference[name])
         assert values.shape == expected.shape, name
-        assert np.allclose(values, expected, rtol=DRAWS_RTOL, atol=1e-8), (
-            name, float(np.max(np.abs(values - expected))))
+        spread = expected.std(axis=(0, 1))  # per element of the parameter, over chains and draws
+        assert np.all(spread > 0), name
+        of_spread = float(np.max(np.abs(values - expected) / spread))
+        print(f"draws vs NUMBA, {name}: {of_spread:.1e} of the posterior spread at most")
+        assert of_spread <= DRAWS_OF_SPREAD, (name, of_spread)
 
 
 @pytest.fixture(scope="module")
