@@ -26,8 +26,8 @@ Entries by kind:
   (:data:`CFUNC_LINKS_BLOB`);
 - the **runtime**: :data:`RUNTIME_OBJECT_BLOB`, :data:`RUNTIME_BITCODE_BLOB`,
   :data:`RUNTIME_SYMBOLS_BLOB`;
-- a **rewrite**: :data:`REWRITE_BLOBS`, and :data:`REWRITE_DATA_BLOB` when it is keyed
-  by its data's type and shape;
+- a **rewrite**: :data:`REWRITE_BLOBS`, :data:`REWRITE_DATA_BLOB` when it is keyed
+  by its data's type and shape, and :data:`WARNINGS_BLOB` when rewriting warned;
 - any entry may hold :data:`SOURCE_BLOB`, the source a store keeps a ``.py`` copy of.
 """
 
