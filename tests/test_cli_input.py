@@ -25,6 +25,8 @@ from helpers import cli_here, one_line_error
         (["stats"], {"NBCACHE_MAX_SIZE": "lots"}, "NBCACHE_MAX_SIZE"),
         (["clear", "--yes"], {"NBCACHE_READONLY": "1"}, "NBCACHE_READONLY is set"),
         (["explain", "missing.py"], {}, "no such file"),
+        (["explain", "script.py:main"], {},
+         "'script.py:main': give a file (script.py) or a module's callable (script:main)"),
         (["list"], {"NBCACHE_DIR": "/nonexistent/numba_cache"}, "no store at /nonexistent"),
         (["stats"], {"NBCACHE_LOCK_TIMEOUT": "nan"}, "must be a positive number of seconds"),
         (["stats"], {"NBCACHE_REMOTE_TIMEOUT": "inf"}, "must be a positive number of seconds"),

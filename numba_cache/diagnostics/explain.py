@@ -118,6 +118,9 @@ def resolve_target(target: str) -> Callable[[], object]:
     module_name, _, attribute = target.partition(":")
     if not (module_name and attribute):
         raise TargetError(f"{target!r} is neither a Python file nor module:callable")
+    if module_name.endswith(".py"):  # finding "x.py" as a module would run x.py first
+        raise TargetError(f"{target!r}: give a file ({module_name}) or a module's callable "
+                          f"({module_name.removesuffix('.py')}:{attribute})")
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
