@@ -160,6 +160,15 @@ class Session:
         self.tensor_constant_watches = 0
         #: _compat/tensor_constant_data: guards `tensor_constant_watches`.
         self.tensor_constant_lock = threading.Lock()
+        #: _compat/destroy_handler_cycles: rewrites whose cycle checks are answered by ours,
+        #: begun, not ended.
+        self.cycle_check_watches = 0
+        #: _compat/destroy_handler_cycles: PyTensor's ``_contains_cycle`` while ours stands in.
+        self.pytensor_cycle_check = None
+        #: _compat/destroy_handler_cycles: guards the two fields above.
+        self.cycle_check_lock = threading.Lock()
+        #: rewritten/cycle_check: the ``AddedEdges`` of each FunctionGraph being rewritten.
+        self.added_edges = weakref.WeakKeyDictionary()
         #: rewritten/data_reads: the ``DataReads`` recording the current rewrite's reads.
         self.data_reads_watching = contextvars.ContextVar("numba_cache_data_reads", default=None)
         #: rewritten/data_reads: held through a watched rewrite, one thread's at a time: the

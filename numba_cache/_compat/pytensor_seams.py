@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import inspect
 
-from numba_cache._compat import require, seam, tensor_constant_data
+from numba_cache._compat import destroy_handler_cycles, require, seam, tensor_constant_data
 from numba_cache._compat.pytensor_internals import CONSTANT_FOLDING, REWRITE_FAILURE_LOGGER
 
-__all__ = ["tensor_constant_data"]  # its seam registers on import
+__all__ = ["destroy_handler_cycles", "tensor_constant_data"]  # their seams register on import
 
 WRITTEN_FOR = ("3.3",)
 

@@ -5,5 +5,7 @@
 - :mod:`.data_reads`: what rewriting read of constants' data, so that a key names it;
 - :mod:`.data_readers`: the kinds of read a key can answer, by registration;
 - :mod:`.rewrite_failures`: whether one of PyTensor's rewrites failed, so that the
-  graph is not stored.
+  graph is not stored;
+- :mod:`.cycle_check`: PyTensor's inplace cycle checks answered from what the graph
+  gained since the last one, so that a miss rewrites faster (the same graph).
 """

@@ -39,7 +39,7 @@ from numba_cache.kernels.outcomes import replay, report
 from numba_cache.kernels.outcomes.uncacheable import unkeyed
 from numba_cache.keys.canonical import digest
 from numba_cache.keys.constants import hidden_constants
-from numba_cache.rewritten import rewrite_failures
+from numba_cache.rewritten import cycle_check, rewrite_failures
 from numba_cache.rewritten.data_reads import DataReads, answers_for, derive, equal_pairs, watch
 from numba_cache.keys.kernels import graph_kernel_key, op_calls_setting
 from numba_cache.keys.key import Key
@@ -100,6 +100,7 @@ class CachedRewriteFunctionMaker(FunctionMaker):
             recorded = (contextlib.nullcontext([]) if replay.filters_raise()
                         else replay.recording())
             with (watch(reads) if reads is not None else contextlib.nullcontext(),
+                  cycle_check.watched(fgraph) if context.enabled else contextlib.nullcontext(),
                   recorded as said, rewrite_failures.watched() as failed):
                 FunctionMaker.prepare_fgraph(
                     inputs, outputs, additional_outputs, fgraph, mode, profile)
