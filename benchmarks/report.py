@@ -1,4 +1,4 @@
-"""RESULTS.md: the machine, the issue's targets, and one table per model, from a run's samples.
+"""RESULTS.md: the machine, the targets and goals of the issues, and one table per model.
 
 Every cell is the median over repeats with the range (min to max), and the ratio
 of medians to PyTensor's built-in ``NUMBA`` mode measured in the same run.
@@ -93,6 +93,27 @@ TARGETS = [
 ]
 TARGET_MODEL = "radon"
 
+#: A peer every model's goal row also compares with: PyTensor's default C backend.
+PEER = "CVM"
+
+
+@dataclass(frozen=True)
+class Goal:
+    label: str
+    figure: str
+    limit: float
+    below_peer: bool = False  # the goal also asks for a ratio below the peer's
+
+
+#: The edit-and-rerun loop's goals, for every model that measures the figure.
+GOALS = [
+    Goal("a new model whose ops are all in the store", "new_model", 0.25, below_peer=True),
+    Goal("a structural edit of the model, base cached", "edit", 0.4, below_peer=True),
+    Goal("warm compile", "warm", 0.10),
+    Goal("fresh process start → first result", "process", 0.5),
+    Goal("cold compile", "cold", 0.8),
+]
+
 
 def median(samples: dict, model: str, mode: str, figure: str):
     values = samples.get(model, {}).get(mode, {}).get(figure)
@@ -171,6 +192,35 @@ def targets_section(samples: dict) -> list[str]:
         f"{OURS} against built-in {BASELINE}, medians over repeats.",
         "",
         *_table(["target", "limit", OURS, BASELINE, "ratio", "verdict"], rows),
+    ]
+
+
+def goals_section(samples: dict, models: list[str]) -> list[str]:
+    """One row per goal of :data:`GOALS` and model measuring it, with the peer's ratio."""
+    rows = []
+    for goal in GOALS:
+        for model in models:
+            value_ratio = ratio(samples, model, OURS, goal.figure)
+            if value_ratio is None:
+                continue
+            peer_ratio = ratio(samples, model, PEER, goal.figure)
+            met = value_ratio <= goal.limit and (
+                not goal.below_peer or peer_ratio is None or value_ratio < peer_ratio)
+            limit = f"≤ {goal.limit:g}×" + (f", below {PEER}" if goal.below_peer else "")
+            rows.append([
+                f"{goal.label} ({model})", limit,
+                format_value(median(samples, model, OURS, goal.figure), FIGURE[goal.figure].unit),
+                f"{value_ratio:.2f}×",
+                "—" if peer_ratio is None else f"{peer_ratio:.2f}×",
+                "met" if met else "**not met**",
+            ])
+    return [
+        "## Goals of the edit-and-rerun loop, per model",
+        "",
+        f"Ratios of medians to built-in {BASELINE}; {PEER}'s ratio beside ours where it "
+        f"compiles the model.",
+        "",
+        *_table(["goal", "limit", OURS, f"{OURS} ratio", f"{PEER} ratio", "verdict"], rows),
     ]
 
 
@@ -273,6 +323,8 @@ def render(results: dict, modes: list[str], models: list[str], machine: dict, co
         *machine_section(machine),
         "",
         *targets_section(results["samples"]),
+        "",
+        *goals_section(results["samples"], models),
         "",
         f"![ratios to built-in NUMBA]({plot_name})",
         "",
