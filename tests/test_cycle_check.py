@@ -1,5 +1,5 @@
-"""PyTensor's inplace cycle check answered from the gained edges (numba_cache/rewritten/cycle_check.py):
-the same answer as PyTensor's own check on random graphs, random rewirings and random
+"""PyTensor's inplace cycle check answered from the gained edges (rewritten/cycle_check.py): the
+same answer as PyTensor's own check on random graphs, random rewirings and random
 orderings, cycles included; the same rewritten graphs as rewriting without it; and
 PyTensor's check asked only where nothing is known."""
 
@@ -29,7 +29,7 @@ CHANGES_PER_ROUND = 12
 
 
 def _random_graph(rng: random.Random, size: int) -> FunctionGraph:
-    """A graph of `size` binary elemwise nodes over three vectors, each reading two earlier values."""
+    """A graph of `size` binary elemwise nodes over three vectors, each of two earlier values."""
     inputs = [pt.vector(f"x{i}", shape=(3,)) for i in range(3)]
     values = list(inputs)
     for _ in range(size):
@@ -38,21 +38,30 @@ def _random_graph(rng: random.Random, size: int) -> FunctionGraph:
     return FunctionGraph(inputs, values[-4:], clone=False)
 
 
-def _random_change(rng: random.Random, fgraph: FunctionGraph, orderings: dict) -> None:
-    """Rewire one input of one node to any other variable of the graph (a cycle or not),
-    or add or drop an ordering between two nodes."""
+def _random_change(rng: random.Random, fgraph: FunctionGraph, orderings: dict,
+                   seen: list) -> None:
+    """One random change: an input rewired to any variable of the graph (a cycle or not), to
+    one of a node pruned before (imported again) or to a new node (imported); or an
+    ordering between two nodes added or dropped. `seen` holds every variable the graph had."""
     nodes = list(fgraph.apply_nodes)
     node = rng.choice(nodes)
     kind = rng.random()
-    if kind < 0.5:
-        candidates = [v for v in fgraph.variables if v.type == node.inputs[0].type]
-        fgraph.change_node_input(node, rng.randrange(len(node.inputs)), rng.choice(candidates),
+    if kind < 0.6:
+        same_type = [v for v in fgraph.variables if v.type == node.inputs[0].type]
+        if kind < 0.35:
+            target = rng.choice(same_type)
+        elif kind < 0.45:
+            target = rng.choice(seen)
+        else:
+            target = rng.choice((pt.add, pt.mul, pt.sub))(*rng.sample(same_type, 2))
+        fgraph.change_node_input(node, rng.randrange(len(node.inputs)), target,
                                  reason="test", import_missing=True)
-    elif kind < 0.8:
+    elif kind < 0.85:
         orderings.setdefault(node, set()).add(rng.choice(nodes))
     elif orderings:
         head = rng.choice(list(orderings))
         orderings[head].discard(rng.choice(list(orderings[head]) or [None]))
+    seen.extend(v for v in fgraph.variables if v.owner is not None and v not in seen)
     for head in list(orderings):  # orderings name nodes in the graph, as a destroy handler's do
         orderings[head] = {n for n in orderings[head] if n in fgraph.apply_nodes and n is not head}
         if head not in fgraph.apply_nodes or not orderings[head]:
@@ -72,18 +81,19 @@ def _watched_alone(fgraph):
 
 
 def test_answers_are_pytensors_on_random_rewirings_and_orderings():
-    """Random graphs changed at random (cycles made and undone, orderings added and
-    dropped): after each change, the answer is PyTensor's, and most answers come from
-    the gained edges alone."""
+    """Random graphs changed at random (cycles made and undone, nodes pruned and imported
+    again, new nodes, orderings added and dropped): after each change, the answer is
+    PyTensor's, and most answers come from the gained edges alone."""
     rng = random.Random(20261201)
     answers = {True: 0, False: 0}
     by_gained_edges = 0
     for _ in range(ROUNDS):
         fgraph = _random_graph(rng, rng.randrange(4, 24))
         orderings: dict = {}
+        seen = [v for v in fgraph.variables if v.owner is not None]
         with _watched_alone(fgraph) as added:
             for _ in range(CHANGES_PER_ROUND):
-                _random_change(rng, fgraph, orderings)
+                _random_change(rng, fgraph, orderings, seen)
                 expected = destroyhandler._contains_cycle(fgraph, orderings)
                 known = added.last_orderings is not None
                 assert cycle_check.contains_cycle(fgraph, orderings) == expected
