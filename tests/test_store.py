@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -718,6 +719,32 @@ def test_a_lock_timeout_warns_and_runs_the_block_without_the_lock(tmp_path):
             with store.lock(FINGERPRINT, digest("a")) as got:
                 assert got is False
                 assert save(store, "a")
+    finally:
+        release.set()
+        holder.join(30)
+
+
+def test_a_waiter_polls_on_after_its_quick_polling_and_times_out_only_at_the_timeout(
+        tmp_path, monkeypatch):
+    from numba_cache.store import locks
+
+    monkeypatch.setattr(locks, "POLLING", ((0.1, 0.005), (float("inf"), 0.05)))
+    context = multiprocessing.get_context("fork")
+    held, release = context.Event(), context.Event()
+    holder = context.Process(target=hold_lock, args=(str(tmp_path), digest("a"), held, release))
+    holder.start()
+    try:
+        assert held.wait(30)
+        path = tmp_path / FINGERPRINT / "locks" / f"{digest('a')}.lock"
+        assert path.exists()
+        started = time.monotonic()
+        with pytest.raises(locks.LockBusy):
+            locks.acquire(path, 0.3)  # past the quick polling, before the holder lets go
+        assert time.monotonic() - started >= 0.3
+        threading.Timer(0.4, release.set).start()
+        lock = locks.acquire(path, 30.0)  # the holder lets go in the slow polling
+        assert lock.is_locked
+        lock.release()
     finally:
         release.set()
         holder.join(30)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -17,6 +18,11 @@ from .notices import warn_once
 
 #: errno values of a disk that refuses writes: full, over quota, failing, read-only.
 DISK_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
+#: How often a waiting process tries a held lock again, as (for how many seconds of the
+#: wait, poll interval). Most waits are for an op kernel that a compile-ahead helper or
+#: another process is compiling, tens of milliseconds: filelock's default poll of 50 ms
+#: made each such wait last up to 50 ms longer than the compile. Long waits poll slowly.
+POLLING = ((1.0, 0.005), (float("inf"), 0.05))
 
 
 class LockBusy(Exception):
@@ -38,11 +44,15 @@ def acquire(path: Path, timeout: float):
         lock = FileLock(path, fallback_to_soft=False)
     except TypeError:  # filelock < 4: no fallback to turn off
         lock = FileLock(path)
-    try:
-        lock.acquire(timeout=timeout)
-    except Timeout as busy:
-        raise LockBusy(str(path)) from busy
-    return lock
+    started = time.monotonic()
+    for phase_seconds, poll_interval in POLLING:
+        left = min(timeout, phase_seconds) - (time.monotonic() - started)
+        with contextlib.suppress(Timeout):
+            lock.acquire(timeout=max(left, 0.0), poll_interval=poll_interval)
+            return lock
+        if time.monotonic() - started >= timeout:
+            break
+    raise LockBusy(str(path))
 
 
 class EntryLocks:
