@@ -43,6 +43,7 @@ import warnings
 from collections.abc import Callable
 
 from numba_cache import session
+from numba_cache._compat import numba_internals
 from numba_cache.kernels.helpers import interpreter
 from numba_cache.kernels.assembly.predicted_types import mispredicted, predict
 
@@ -194,6 +195,11 @@ class CompileAhead:
         thread held would never be released in the child."""
         parent = os.getpid()
         work = [(first, (kernel, signature)) for first, kernel, signature in work]
+        # The typing compiles the kernel of this step next, whose set-up installs numba's
+        # implementations (a process's first, about 0.07 s): installed before the fork, the
+        # helper has them too, and its first kernel is stored that much sooner.
+        with contextlib.suppress(Exception):  # else each compile's set-up installs them
+            numba_internals.refresh_cpu_contexts()
         with warnings.catch_warnings():
             # Python warns of a fork from a process with other OS threads. Those here are
             # native pools (BLAS) that take no lock of ours; a Python thread stops us above.
