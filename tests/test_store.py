@@ -707,21 +707,29 @@ def test_the_lock_of_a_killed_holder_is_free_at_once(tmp_path):
     assert time.monotonic() - started < 2
 
 
-def test_a_lock_timeout_warns_and_runs_the_block_without_the_lock(tmp_path):
+@contextlib.contextmanager
+def lock_held_elsewhere(root, key: str):
+    """The entry lock of `key` held by a forked process until the block ends, or until
+    the event yielded is set."""
     context = multiprocessing.get_context("fork")
     held, release = context.Event(), context.Event()
-    holder = context.Process(target=hold_lock, args=(str(tmp_path), digest("a"), held, release))
+    holder = context.Process(target=hold_lock, args=(str(root), key, held, release))
     holder.start()
     try:
         assert held.wait(30)
+        yield release
+    finally:
+        release.set()
+        holder.join(30)
+
+
+def test_a_lock_timeout_warns_and_runs_the_block_without_the_lock(tmp_path):
+    with lock_held_elsewhere(tmp_path, digest("a")):
         store = open_store(tmp_path, lock_timeout=0.2)
         with pytest.warns(StoreWarning, match="waited"):
             with store.lock(FINGERPRINT, digest("a")) as got:
                 assert got is False
                 assert save(store, "a")
-    finally:
-        release.set()
-        holder.join(30)
 
 
 def test_a_waiter_polls_on_after_its_quick_polling_and_times_out_only_at_the_timeout(
@@ -729,12 +737,7 @@ def test_a_waiter_polls_on_after_its_quick_polling_and_times_out_only_at_the_tim
     from numba_cache.store import locks
 
     monkeypatch.setattr(locks, "POLLING", ((0.1, 0.005), (float("inf"), 0.05)))
-    context = multiprocessing.get_context("fork")
-    held, release = context.Event(), context.Event()
-    holder = context.Process(target=hold_lock, args=(str(tmp_path), digest("a"), held, release))
-    holder.start()
-    try:
-        assert held.wait(30)
+    with lock_held_elsewhere(tmp_path, digest("a")) as release:
         path = tmp_path / FINGERPRINT / "locks" / f"{digest('a')}.lock"
         assert path.exists()
         started = time.monotonic()
@@ -745,9 +748,6 @@ def test_a_waiter_polls_on_after_its_quick_polling_and_times_out_only_at_the_tim
         lock = locks.acquire(path, 30.0)  # the holder lets go in the slow polling
         assert lock.is_locked
         lock.release()
-    finally:
-        release.set()
-        holder.join(30)
 
 
 # Read-only stores
