@@ -21,6 +21,8 @@ import threading
 import weakref
 from collections import Counter, OrderedDict
 
+from numba_cache._compat.counted_patch import CountedPatch
+
 
 class RecentlyUsed:
     """The values made for the `size` keys used last (what ``functools.lru_cache`` keeps,
@@ -156,17 +158,10 @@ class Session:
         #: rewritten/rewrite_cache -> integration/linker: the ``KnownGraphKernel`` of a
         #: FunctionGraph whose rewrite was cached, for its linker.
         self.known_graph_kernels = weakref.WeakKeyDictionary()
-        #: _compat/tensor_constant_data: watches of ``TensorConstant.data`` begun, not ended.
-        self.tensor_constant_watches = 0
-        #: _compat/tensor_constant_data: guards `tensor_constant_watches`.
-        self.tensor_constant_lock = threading.Lock()
-        #: _compat/destroy_handler_cycles: rewrites whose cycle checks are answered by ours,
-        #: begun, not ended.
-        self.cycle_check_watches = 0
-        #: _compat/destroy_handler_cycles: PyTensor's ``_contains_cycle`` while ours stands in.
-        self.pytensor_cycle_check = None
-        #: _compat/destroy_handler_cycles: guards the two fields above.
-        self.cycle_check_lock = threading.Lock()
+        #: _compat/tensor_constant_data: the property on ``TensorConstant.data``.
+        self.tensor_constant_patch = CountedPatch()
+        #: _compat/destroy_handler_cycles: ours standing in for PyTensor's ``_contains_cycle``.
+        self.cycle_check_patch = CountedPatch()
         #: rewritten/cycle_check: the ``AddedEdges`` of each FunctionGraph being rewritten.
         self.added_edges = weakref.WeakKeyDictionary()
         #: rewritten/data_reads: the ``DataReads`` recording the current rewrite's reads.

@@ -3,18 +3,15 @@
 ``DestroyHandler.on_validate`` asks the module function
 ``pytensor.graph.destroyhandler._contains_cycle(fgraph, orderings)`` whether a graph
 with the orderings its destroyers impose has a cycle. :func:`answered_by` puts a
-function of the same signature in its place when the first watched rewrite begins and
-puts PyTensor's back when the last one ends (rewrites nest and may run in several
-threads), so that outside a watched rewrite PyTensor runs exactly as without
-numba_cache. The function must give PyTensor's answer for every graph:
+function of the same signature in its place while a watched rewrite runs
+(:mod:`.counted_patch`). The function must give PyTensor's answer for every graph:
 :func:`pytensor_answer` is PyTensor's own check, for the graphs it does not watch.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from numba_cache import session
 from numba_cache._compat import require, seam
@@ -24,29 +21,22 @@ def pytensor_answer(fgraph, orderings: dict) -> bool:
     """PyTensor's own ``_contains_cycle``, whatever is installed in its place."""
     from pytensor.graph import destroyhandler
 
-    replaced = session.current().pytensor_cycle_check
-    return (replaced or destroyhandler._contains_cycle)(fgraph, orderings)
+    return (session.current().cycle_check_patch.saved or destroyhandler._contains_cycle)(
+        fgraph, orderings)
 
 
-@contextmanager
-def answered_by(answer: Callable) -> Iterator[None]:
-    """Have ``DestroyHandler`` ask ``answer(fgraph, orderings)`` meanwhile."""
+def answered_by(answer: Callable):
+    """Have ``DestroyHandler`` ask ``answer(fgraph, orderings)`` meanwhile (a context manager)."""
     from pytensor.graph import destroyhandler
 
-    state = session.current()
-    with state.cycle_check_lock:
-        if state.cycle_check_watches == 0:
-            state.pytensor_cycle_check = destroyhandler._contains_cycle
-            destroyhandler._contains_cycle = answer
-        state.cycle_check_watches += 1
-    try:
-        yield
-    finally:
-        with state.cycle_check_lock:
-            state.cycle_check_watches -= 1
-            if state.cycle_check_watches == 0:
-                destroyhandler._contains_cycle = state.pytensor_cycle_check
-                state.pytensor_cycle_check = None
+    def install():
+        original, destroyhandler._contains_cycle = destroyhandler._contains_cycle, answer
+        return original
+
+    def remove(original) -> None:
+        destroyhandler._contains_cycle = original
+
+    return session.current().cycle_check_patch.applied(install, remove)
 
 
 @seam("DestroyHandler's _contains_cycle", "pytensor", ("3.3",), "rewritten/cycle_check.py")

@@ -7,9 +7,8 @@ same name on the class sees them all; it stores the value where the plain
 attribute lives (the instance ``__dict__``), so installing and removing it
 changes nothing for constants made before, during or after.
 
-The property is installed when the first watch begins and removed when the last
-one ends (watches nest and may run in several threads), so that outside a watched
-rewrite PyTensor runs exactly as without numba_cache.
+The property is in place only while a rewrite is watched (:mod:`.counted_patch`), so
+that outside one PyTensor runs exactly as without numba_cache.
 
 PyTensor also keeps facts it derived from a constant's values on the constant
 (:data:`CACHED_FACTS`: ``unique_value``, whether an index array is an ``arange``
@@ -22,31 +21,25 @@ constant's (:func:`unknown_facts`) may be such a fact too, unseen.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from numba_cache import session
 from numba_cache._compat import require, seam
 
 
-@contextmanager
-def reads_seen_by(getter: Callable) -> Iterator[None]:
-    """Route reads of ``TensorConstant.data`` through ``getter(constant, value)`` meanwhile."""
+def reads_seen_by(getter: Callable):
+    """Route reads of ``TensorConstant.data`` through ``getter(constant, value)`` meanwhile
+    (a context manager)."""
     from pytensor.tensor.variable import TensorConstant
 
-    state = session.current()
-    with state.tensor_constant_lock:
-        if state.tensor_constant_watches == 0:
-            TensorConstant.data = property(lambda constant: getter(constant, _value(constant)),
-                                           _set_value)
-        state.tensor_constant_watches += 1
-    try:
-        yield
-    finally:
-        with state.tensor_constant_lock:
-            state.tensor_constant_watches -= 1
-            if state.tensor_constant_watches == 0:
-                del TensorConstant.data
+    def install() -> None:
+        TensorConstant.data = property(lambda constant: getter(constant, _value(constant)),
+                                       _set_value)
+
+    def remove(_) -> None:
+        del TensorConstant.data
+
+    return session.current().tensor_constant_patch.applied(install, remove)
 
 
 #: What a fresh TensorConstant holds (instance attributes, then its tag's): not facts.
