@@ -162,6 +162,8 @@ class Session:
         self.tensor_constant_patch = CountedPatch()
         #: _compat/destroy_handler_cycles: ours standing in for PyTensor's ``_contains_cycle``.
         self.cycle_check_patch = CountedPatch()
+        #: _compat/sparse_import: constant digging's code, with its sparse import deferred.
+        self.sparse_import_patch = CountedPatch()
         #: rewritten/cycle_check: the ``AddedEdges`` of each FunctionGraph being rewritten.
         self.added_edges = weakref.WeakKeyDictionary()
         #: rewritten/data_reads: the ``DataReads`` recording the current rewrite's reads.

@@ -50,6 +50,7 @@ with count_numba_compiles() as compiles:
 print(json.dumps({{"compiles": [name.split("_")[0] for name in compiles],
                    "stats": dict(numba_cache.session_stats()),
                    "converted": {DISPATCH!r} in sys.modules,
+                   "sparse_imported": "scipy.sparse" in sys.modules,
                    "values": [result.tolist() for result in results]}}))
 """
 
@@ -77,6 +78,7 @@ def test_other_lengths_are_served_without_converting_an_op(tmp_path, target):
     served = compile_graph(7, env=env)
     assert served["stats"]["op_keys.remembered"] == 1
     assert served["stats"]["graph_by_code.hit"] == 1 and not served["converted"]
+    assert first["sparse_imported"] and not served["sparse_imported"]  # _compat/sparse_import
     assert served["compiles"] == [] and [len(value) for value in served["values"]] == [7, 8]
     alone = compile_graph(7, env={**env, "NBCACHE_DIR": str(tmp_path / "alone")})
     assert alone["stats"]["graph.miss"] == 1 and alone["converted"]

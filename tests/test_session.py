@@ -49,6 +49,8 @@ ALLOWED = {
     "loaded once (Cython keeps one per process)",
     "numba_cache.keys.foreign_code._foreign_classes": "which classes of a class's method "
     "resolution order are not PyTensor's, numpy's... (a class's bases never change)",
+    "numba_cache._compat.sparse_import.deferred_code": "upstream's function compiled once "
+    "with its sparse import deferred (a function of the installed code alone)",
 }
 
 #: Calls whose result is memoised by the decorated function.

@@ -25,8 +25,8 @@ The rest of numba_cache reads upstream internals through the plain functions of
 :mod:`.numba_internals` and :mod:`.pytensor_internals` (``tests/test_architecture.py``
 lists the modules that import numba's internals themselves, each with why). The global patches it
 installs live here too, each in its own module, installed only while needed:
-:mod:`.numba_unique_ids`, :mod:`.tensor_constant_data`, :mod:`.destroy_handler_cycles`
-(the last two counted in by :mod:`.counted_patch`). (Patches bound to the
+:mod:`.numba_unique_ids`, :mod:`.tensor_constant_data`, :mod:`.destroy_handler_cycles`,
+:mod:`.sparse_import` (the last three counted in by :mod:`.counted_patch`). (Patches bound to the
 logic around them, numba's object-mode compile, its unpickler of machine code's
 constants and ``CFunc.__init__``, stay with
 that logic in :mod:`numba_cache.kernels`; their seams are checked here.)

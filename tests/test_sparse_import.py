@@ -1,0 +1,143 @@
+"""PyTensor's constant digging with its sparse import deferred (numba_cache/_compat/sparse_import.py).
+
+The rewritten body is made from the installed PyTensor's source (a moved upstream fails
+here), answers as upstream's does, and imports nothing sparse while ``pytensor.sparse``
+is not imported; outside a rewrite of ours the function is upstream's.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import inspect
+import textwrap
+
+import numpy as np
+import pytensor.tensor as pt
+import pytest
+from helpers import run_python
+from pytensor.tensor import basic
+from pytensor.tensor.exceptions import NotScalarConstantError
+
+from numba_cache._compat import sparse_import
+
+
+def _sparse_names() -> list[tuple[str, str]]:
+    """(module, name) of each name the installed function imports from ``pytensor.sparse``."""
+    source = textwrap.dedent(inspect.getsource(basic._get_underlying_scalar_constant_value))
+    return [(node.module, alias.name) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.ImportFrom) and node.module.startswith(sparse_import.SPARSE)
+            for alias in node.names]
+
+
+def test_the_installed_pytensor_has_its_sparse_import_deferred():
+    """Fails when upstream moved: the import is gone (then this module has nothing left to
+    do and should go), or a name it imports is read otherwise than as a class."""
+    original = basic._get_underlying_scalar_constant_value.__code__
+    assert _sparse_names(), "PyTensor's constant digging no longer imports pytensor.sparse"
+    assert sparse_import.deferred_code(original) is not None
+
+
+def test_each_deferred_name_is_a_class_of_pytensor_sparse():
+    """No op can be an instance of it before ``pytensor.sparse`` is imported."""
+    for module, name in _sparse_names():
+        imported = getattr(importlib.import_module(module), name)
+        assert inspect.isclass(imported)
+        assert imported.__module__.startswith(sparse_import.SPARSE + "."), imported.__module__
+
+
+def _answer(variable):
+    try:
+        return float(basic.get_underlying_scalar_constant_value(variable))
+    except NotScalarConstantError:
+        return "not a constant"
+
+
+def _examples():
+    import pytensor.sparse as sparse
+
+    x = pt.dvector("x")
+    zeros = sparse.CSM("csr")(pt.as_tensor(np.zeros(2)), pt.as_tensor(np.array([0, 1])),
+                               pt.as_tensor(np.array([0, 1, 2])), pt.as_tensor(np.array([2, 2])))
+    return [pt.constant(2.0) * 3.0, pt.second(x, 4.0), pt.constant(np.full((3,), 5.0))[1],
+            pt.exp(x)[0], x.shape[0], pt.cast(pt.constant(1.5), "float32"), zeros]
+
+
+def test_the_deferred_body_answers_as_upstream_and_is_upstream_outside_the_block():
+    function = basic._get_underlying_scalar_constant_value
+    original = function.__code__
+    expected = [_answer(each) for each in _examples()]
+    with sparse_import.deferred():
+        assert function.__code__ is not original
+        with sparse_import.deferred():  # nested blocks: one patch, removed at the last
+            assert [_answer(each) for each in _examples()] == expected
+        assert function.__code__ is not original
+    assert function.__code__ is original
+    assert expected[:3] == [6.0, 4.0, 5.0] and "not a constant" in expected
+
+
+DIGGING = """
+import json, sys
+import pytensor.tensor as pt
+from pytensor.tensor.basic import get_underlying_scalar_constant_value
+from numba_cache._compat import sparse_import
+
+imported = ["pytensor.sparse" in sys.modules]
+with sparse_import.deferred():
+    value = float(get_underlying_scalar_constant_value(pt.constant(2.0) * 3.0))
+imported.append("pytensor.sparse" in sys.modules)
+float(get_underlying_scalar_constant_value(pt.constant(2.0) * 3.0))
+imported.append("pytensor.sparse" in sys.modules)
+print(json.dumps({"value": value, "imported": imported}))
+"""
+
+
+def test_constant_digging_imports_nothing_sparse_while_deferred():
+    """In a fresh process: not within the block; upstream's body, after it, imports it."""
+    report = run_python(DIGGING)
+    assert (report["value"], report["imported"]) == (6.0, [False, False, True])
+
+
+def test_with_pytensor_sparse_imported_the_deferred_body_takes_the_sparse_branch():
+    """PyTensor's branch for a ``CSM`` digs into the node's inputs, as a list (so it answers
+    "not a constant" for every one): seen here by the recursive call it makes."""
+    real = basic._get_underlying_scalar_constant_value
+    csm = _examples()[-1]
+
+    def digs(deferred: bool) -> list[str]:
+        calls = []
+
+        def counted(variable, *args, **kwargs):
+            calls.append(type(variable).__name__)
+            return real(variable, *args, **kwargs)
+
+        with sparse_import.deferred() if deferred else contextlib.nullcontext():
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(basic, "_get_underlying_scalar_constant_value", counted)
+                assert _answer(csm) == "not a constant"
+        return calls
+
+    assert digs(deferred=True) == digs(deferred=False) == ["SparseVariable", "list"]
+
+
+def _asks_whether_an_instance(op):
+    from pytensor.sparse import CSM
+    return isinstance(op, CSM)
+
+
+def _returns_the_class(op):
+    from pytensor.sparse import CSM
+    return CSM if op is None else isinstance(op, CSM)
+
+
+def _binds_the_name_again(op):
+    from pytensor.sparse import CSM
+    CSM = type(op)  # noqa: N806
+    return isinstance(op, CSM)
+
+
+def test_an_import_is_deferred_only_where_each_name_is_read_as_a_class():
+    assert sparse_import.deferred_code(_asks_whether_an_instance.__code__) is not None
+    assert sparse_import.deferred_code(_returns_the_class.__code__) is None
+    assert sparse_import.deferred_code(_binds_the_name_again.__code__) is None
