@@ -83,6 +83,8 @@ class Session:
         #: collector: whether a compile phase of this process froze its older objects (asking
         #: ``gc.get_freeze_count`` instead walks every frozen object).
         self.older_objects_frozen = False
+        #: collector: whether a rewrite of this process holds full collections off.
+        self.full_collections_held = False
 
         # -- What happened: counters, notices, observers --
         #: kernels/outcomes/report: counters of this process (``session_stats``).

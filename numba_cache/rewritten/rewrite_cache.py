@@ -34,7 +34,7 @@ from pytensor.compile.maker import FunctionMaker
 
 from numba_cache import session
 from numba_cache._compat import sparse_import
-from numba_cache.collector import older_objects_frozen
+from numba_cache.collector import full_collections_held, older_objects_frozen
 from numba_cache.codegen.sources import GraphSource, graph_kernel_name, graph_source
 from numba_cache.kernels.outcomes import replay, report
 from numba_cache.kernels.outcomes.uncacheable import unkeyed
@@ -103,7 +103,8 @@ class CachedRewriteFunctionMaker(FunctionMaker):
             with (watch(reads) if reads is not None else contextlib.nullcontext(),
                   cycle_check.watched(fgraph) if context.enabled else contextlib.nullcontext(),
                   sparse_import.deferred() if context.enabled else contextlib.nullcontext(),
-                  recorded as said, rewrite_failures.watched() as failed):
+                  full_collections_held(), recorded as said,
+                  rewrite_failures.watched() as failed):
                 FunctionMaker.prepare_fgraph(
                     inputs, outputs, additional_outputs, fgraph, mode, profile)
             if lookup is not None and failed.first is not None:
