@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import ast
 import functools
-import inspect
-import textwrap
+import linecache
 from types import CodeType
 
 from numba_cache import session
@@ -59,22 +58,52 @@ def deferred():
 def deferred_code(original: CodeType) -> CodeType | None:
     """The code of `original`'s function with each sparse import deferred, or None where
     that cannot be shown to change nothing."""
-    try:
-        source = textwrap.dedent(inspect.getsource(original))
-    except (OSError, TypeError):  # no source installed: upstream runs as it is
+    definition = _definition(original)
+    if definition is None:
         return None
-    tree = ast.parse(source)
-    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
-        return None
-    definition = tree.body[0]
-    imports = [node for node in ast.walk(definition) if isinstance(node, ast.ImportFrom)
-               and (node.module or "").split(".")[:2] == SPARSE.split(".")]
-    if not imports or not all(_only_classes_asked(definition, node) for node in imports):
+    imports, safe = _sparse_imports(definition)
+    if not imports or not safe:
         return None
     _Deferring(imports).visit(definition)
-    ast.fix_missing_locations(tree)
-    ast.increment_lineno(tree, original.co_firstlineno - 1)
-    compiled = compile(tree, original.co_filename, "exec")
+    return _compiled(definition, original)
+
+
+def _definition(original: CodeType) -> ast.FunctionDef | None:
+    """The syntax tree of `original`'s function, from its source file as the interpreter
+    ran it, or None.
+
+    Its lines are those `original` spans (:func:`inspect.getsource` would find them too,
+    but first maps every module's file: about 50 ms), after as many empty lines as come
+    before them, so that the tree's line numbers are the file's."""
+    lines = linecache.getlines(original.co_filename)
+    first = original.co_firstlineno
+    last = max((end for code in _codes(original) for _, end, _, _ in code.co_positions()
+                if end is not None), default=0)
+    if not lines or last < first or lines[first - 1][:1].isspace():
+        return None  # a nested function's source would need dedenting: not this one's
+    try:
+        tree = ast.parse("\n" * (first - 1) + "".join(lines[first - 1:last]))
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
+        return None
+    if not _alike(_compiled(tree.body[0], original), original):
+        return None  # the file changed since it was imported
+    return tree.body[0]
+
+
+def _codes(code: CodeType):
+    yield code
+    for constant in code.co_consts:
+        if isinstance(constant, CodeType):
+            yield from _codes(constant)
+
+
+def _compiled(definition: ast.FunctionDef, original: CodeType) -> CodeType | None:
+    """The code of `definition` (left as it is), named as `original`, if its signature is
+    the same."""
+    module = ast.fix_missing_locations(ast.Module(body=[definition], type_ignores=[]))
+    compiled = compile(module, original.co_filename, "exec", dont_inherit=True)
     [code] = [each for each in compiled.co_consts if isinstance(each, CodeType)]
     if (code.co_argcount, code.co_kwonlyargcount, code.co_freevars) != (
             original.co_argcount, original.co_kwonlyargcount, original.co_freevars):
@@ -82,28 +111,49 @@ def deferred_code(original: CodeType) -> CodeType | None:
     return code.replace(co_qualname=original.co_qualname)
 
 
-def _only_classes_asked(definition: ast.FunctionDef, node: ast.ImportFrom) -> bool:
-    """Whether every name `node` imports is bound nowhere else in the function and read only
-    as the class argument of ``isinstance(value, name)``, the builtin."""
-    names = {alias.asname or alias.name for alias in node.names}
-    if node.level or "*" in names:
+def _alike(compiled: CodeType | None, original: CodeType) -> bool:
+    """Whether `compiled` is `original` as far as an edit of its source would show: the same
+    names, variables, constants and length of bytecode, nested code alike too. (Not the
+    same bytes: a module compiled whole may pick other variants of an instruction.)"""
+    if compiled is None:
         return False
-    as_class = {id(call.args[1]) for call in ast.walk(definition)
-                if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-                and call.func.id == "isinstance" and len(call.args) == 2 and not call.keywords}
-    for each in ast.walk(definition):
-        if isinstance(each, ast.Name) and each.id in names and (
-                not isinstance(each.ctx, ast.Load) or id(each) not in as_class):
-            return False
-        if isinstance(each, ast.Name) and each.id == "isinstance" and not isinstance(
-                each.ctx, ast.Load):
-            return False
-        if isinstance(each, ast.Import | ast.ImportFrom) and each is not node and any(
-                (alias.asname or alias.name) in names | {"isinstance"} for alias in each.names):
-            return False
-        if isinstance(each, ast.arg) and each.arg in names | {"isinstance"}:
-            return False
-    return True
+    nested = [each for each in compiled.co_consts if isinstance(each, CodeType)]
+    nested_there = [each for each in original.co_consts if isinstance(each, CodeType)]
+    return ((compiled.co_names, compiled.co_varnames, len(compiled.co_code))
+            == (original.co_names, original.co_varnames, len(original.co_code))
+            and [each for each in compiled.co_consts if not isinstance(each, CodeType)]
+            == [each for each in original.co_consts if not isinstance(each, CodeType)]
+            and len(nested) == len(nested_there)
+            and all(_alike(a, b) for a, b in zip(nested, nested_there, strict=True)))
+
+
+def _sparse_imports(definition: ast.FunctionDef) -> tuple[list[ast.ImportFrom], bool]:
+    """The function's imports from :data:`SPARSE`, and whether deferring them is safe: each
+    name they import is bound nowhere else in the function and read only as the class
+    argument of ``isinstance(value, name)``, the builtin (not rebound either)."""
+    nodes = list(ast.walk(definition))
+    imports = [node for node in nodes if isinstance(node, ast.ImportFrom) and not node.level
+               and (node.module or "").split(".")[:2] == SPARSE.split(".")]
+    names = {alias.asname or alias.name for node in imports for alias in node.names}
+    if "*" in names:
+        return imports, False
+    guarded = names | {"isinstance"}
+    as_class = {id(node.args[1]) for node in nodes
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance" and len(node.args) == 2 and not node.keywords}
+    for node in nodes:
+        if isinstance(node, ast.Name) and node.id in guarded and (
+                not isinstance(node.ctx, ast.Load)
+                or (node.id in names and id(node) not in as_class)):
+            return imports, False
+        if isinstance(node, ast.Import | ast.ImportFrom) and node not in imports and any(
+                (alias.asname or alias.name) in guarded for alias in node.names):
+            return imports, False
+        if isinstance(node, ast.arg) and node.arg in guarded:
+            return imports, False
+        if isinstance(node, ast.Global | ast.Nonlocal) and guarded & set(node.names):
+            return imports, False
+    return imports, True
 
 
 class _Deferring(ast.NodeTransformer):
