@@ -11,6 +11,7 @@ import ast
 import contextlib
 import importlib
 import inspect
+import linecache
 import textwrap
 
 import numpy as np
@@ -141,3 +142,19 @@ def test_an_import_is_deferred_only_where_each_name_is_read_as_a_class():
     assert sparse_import.deferred_code(_asks_whether_an_instance.__code__) is not None
     assert sparse_import.deferred_code(_returns_the_class.__code__) is None
     assert sparse_import.deferred_code(_binds_the_name_again.__code__) is None
+
+
+def test_a_source_file_changed_since_its_import_is_left_to_import(tmp_path, monkeypatch):
+    """The lines read must be those the interpreter ran: an edit after the import leaves
+    upstream's code as it is."""
+    module = tmp_path / "digging_module.py"
+    module.write_text(textwrap.dedent(inspect.getsource(_asks_whether_an_instance)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    imported = importlib.import_module("digging_module")
+    code = imported._asks_whether_an_instance.__code__
+    assert sparse_import.deferred_code(code) is not None
+    module.write_text(module.read_text().replace("return isinstance(op, CSM)",
+                                                 "return isinstance(op, CSM) or op == 1"))
+    linecache.checkcache(str(module))
+    sparse_import.deferred_code.cache_clear()
+    assert sparse_import.deferred_code(code) is None
