@@ -158,3 +158,14 @@ def test_a_source_file_changed_since_its_import_is_left_to_import(tmp_path, monk
     linecache.checkcache(str(module))
     sparse_import.deferred_code.cache_clear()
     assert sparse_import.deferred_code(code) is None
+
+
+def test_a_nested_block_makes_no_deferred_body_of_its_own():
+    """Only the first block makes the body (about 10 ms); a nested one finds it in place."""
+    original = basic._get_underlying_scalar_constant_value.__code__
+    sparse_import.deferred_code.cache_clear()
+    with sparse_import.deferred():
+        with sparse_import.deferred():
+            pass
+    assert sparse_import.deferred_code.cache_info().currsize == 1
+    assert sparse_import.deferred_code(original) is not None

@@ -1,9 +1,9 @@
 """A global patch of upstream's, in place while at least one block needs it.
 
 numba_cache's global patches (:mod:`.tensor_constant_data`, :mod:`.destroy_handler_cycles`,
-:mod:`.sparse_import`) are installed when the first block that needs one begins and removed when the last one
-ends: blocks nest and may run in several threads, and outside them upstream runs
-exactly as without numba_cache.
+:mod:`.sparse_import`) are installed when the first block that needs one begins and
+removed when the last one ends: blocks nest and may run in several threads, and outside
+them upstream runs exactly as without numba_cache.
 """
 
 from __future__ import annotations

@@ -40,11 +40,10 @@ def deferred():
     """The function's sparse import deferred meanwhile (a context manager); as upstream
     runs where it cannot be (:func:`deferred_code`)."""
     function = _function()
-    code = deferred_code(function.__code__)
 
-    def install():
+    def install():  # at the first block only: a nested one would find the deferred code
         original = function.__code__
-        if code is not None:
+        if (code := deferred_code(original)) is not None:
             function.__code__ = code
         return original
 
