@@ -162,6 +162,63 @@ def test_a_stored_op_kernel_called_with_a_new_layout_starts_the_helper(tmp_path)
     assert helped["values"] == alone["values"]
 
 
+EDITED = """
+import inspect, json
+import numpy as np
+import pytensor, pytensor.tensor as pt
+import numba_cache
+from numba_cache import session_stats
+from numba_cache.kernels.helpers.compile_ahead import CompileAhead
+
+started = []
+start = CompileAhead._start
+def recorded_start(self, index, predicted):
+    started.append({{"index": index, "loaded": session_stats().get("op.hit", 0),
+                    "typing": any(frame.function == "typer" for frame in inspect.stack())}})
+    return start(self, index, predicted)
+CompileAhead._start = recorded_start
+begun = []
+begin = CompileAhead.begin
+def recorded_begin(self, value_types):
+    begun.append(sorted((name, str(type_)) for name, type_ in value_types.items()))
+    return begin(self, value_types)
+CompileAhead.begin = recorded_begin
+
+x = pt.vector("x", shape=(9,))
+outputs = {outputs}
+values = pytensor.function([x], outputs, mode="NUMBA_CACHE")(np.linspace(-1.0, 1.0, 9))
+print(json.dumps({{"stats": dict(session_stats()), "started": started, "begun": begun,
+                  "values": [np.asarray(value).tolist() for value in values]}}))
+"""
+
+
+def test_an_edit_starts_the_helper_before_the_typing_loads_its_stored_kernels(tmp_path):
+    """An edit whose new op kernels come after stored ones (here new kernels after the
+    stored ``sort`` and ``cumsum``): the helper is started when the graph function's
+    lookup misses, before numba compiles it, from the types predicted; not once the
+    typing has loaded the stored kernels and met the first new one. The bits are those
+    of the edit compiled alone."""
+    store = {"NBCACHE_DIR": str(tmp_path / "store"), "NBCACHE_COMPILE_AHEAD": "1"}
+    run_python(EDITED.format(outputs="[pt.sort(x), pt.cumsum(x)]"), env=store)
+    edit = EDITED.format(outputs="[pt.sort(x), pt.cumsum(x), "
+                                 "pt.argsort(pt.cumprod(pt.sort(x) + pt.cumsum(x)))]")
+    helped = run_python(edit, env=store)
+    alone = run_python(edit, env={"NBCACHE_DIR": str(tmp_path / "alone"),
+                                  "NBCACHE_COMPILE_AHEAD": "0"})
+    stats = helped["stats"]
+    assert stats["compiled_ahead:helper"] == 1, stats
+    assert stats.get("op.hit", 0) >= 2, stats  # stored kernels the typing loaded
+    [started] = helped["started"]
+    assert started["index"] > 0 and started["loaded"] == 0, helped["started"]
+    assert not started["typing"], helped["started"]  # numba's compile had not begun
+    # The types it started from are those the typing then began with (told it again).
+    [before_compile, typing] = helped["begun"]
+    assert before_compile == typing
+    assert stats["op.compiled_ahead"] >= 1, stats
+    assert stats.get("compiled_ahead:unused", 0) == 0, stats
+    assert helped["values"] == alone["values"]
+
+
 SECOND_THREAD = ("stop = threading.Event()\n"
                  "threading.Thread(target=stop.wait, daemon=True).start()")
 

@@ -80,11 +80,7 @@ def graph_body(arguments: list, embedded: dict, steps: list, returned: list, ser
 
     def typer(typingctx, *given):
         given_types = dict(_leaves(structure, given, lambda type_, position: type_[position]))
-        value_types = {name: types.unliteral(type_) for name, type_ in given_types.items()}
-        value_types.update((name, _global_type(typingctx, value))
-                           for name, value in embedded.items())
-        value_types.update((name, _global_type(typingctx, value))
-                           for name, (_, _, value) in lifted.items())
+        value_types = types_before_steps(typingctx, given_types, embedded, lifted)
         calls = []
         try:
             for index, step in enumerate(steps):
@@ -430,6 +426,33 @@ def _unpacked(count: int, packed_type):
     unpacker = _unpacker(count)
     unpacker.compile((packed_type,))
     return unpacker.overloads[(packed_type,)]
+
+
+def types_before_steps(typingctx, given_types: dict, embedded: dict, lifted: dict) -> dict:
+    """The numba types of the values a body's steps read before any step has run: its
+    arguments (`given_types`, by name), the constants it embeds (`embedded`, name to
+    value) and those it reads from packs (`lifted`, as :func:`graph_body` takes them)."""
+    from numba.core import types
+
+    value_types = {name: types.unliteral(type_) for name, type_ in given_types.items()}
+    value_types.update((name, _global_type(typingctx, value)) for name, value in embedded.items())
+    value_types.update((name, _global_type(typingctx, value))
+                       for name, (_, _, value) in lifted.items())
+    return value_types
+
+
+def types_of_arguments(signature: tuple, arguments: list, namespace: dict, embedded: dict,
+                       lifted: dict) -> dict:
+    """:func:`types_before_steps` of a body called with `arguments` (names) by a graph
+    function of `signature`: its parameters are the first arguments, the others the
+    function's globals in `namespace`, typed as numba types a global."""
+    from numba.core.registry import cpu_target
+
+    typingctx = cpu_target.typing_context
+    passed = [*signature, *(_global_type(typingctx, namespace[name])
+                            for name in arguments[len(signature):])]
+    return types_before_steps(typingctx, dict(zip(arguments, passed, strict=True)), embedded,
+                              lifted)
 
 
 def _global_type(typingctx, value):

@@ -33,7 +33,7 @@ from numba_cache.kernels.assembly import remembered_op_keys
 from numba_cache.kernels.assembly.conversion import op_kernel, pytensor_key_of
 from numba_cache.kernels.protocol.dispatcher import cached_dispatcher
 from numba_cache.kernels.assembly.glue import GlueCompiler
-from numba_cache.kernels.assembly.graph_body import graph_body
+from numba_cache.kernels.assembly.graph_body import graph_body, types_of_arguments
 from numba_cache.kernels.helpers.linked_build import LinkedBuild
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable, unkeyed
 from numba_cache.keys.constants import embedded_value, hidden_constants, hidden_value
@@ -134,10 +134,15 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
         def serve(kernel, signature):
             return kernel_servers[kernel](signature)
 
+        ahead = _compile_ahead(context, steps, kernel_nodes, kernel_keys, kernel_caches, serve)
         namespace[GRAPH_BODY] = graph_body(
-            generated.arguments, embedded, steps, generated.returned, serve, lifted,
-            _compile_ahead(context, steps, kernel_nodes, kernel_keys, kernel_caches, serve),
+            generated.arguments, embedded, steps, generated.returned, serve, lifted, ahead,
             whole=op_calls == LINKED)
+        if ahead is not None:  # started before numba's compile of the function, not in it
+            cache.compiles_with(
+                lambda sig: ahead.begin(types_of_arguments(sig, generated.arguments, namespace,
+                                                           embedded, lifted)),
+                lambda: ahead.finish({}))
         if uncacheable_ops:
             return Uncacheable(
                 "contains-uncacheable",

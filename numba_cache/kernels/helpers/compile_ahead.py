@@ -2,10 +2,13 @@
 
 numba types a graph kernel's body in the graph's order, compiling each op kernel
 the first time it meets it (:mod:`.graph_body`): on a cold compile, one op kernel
-after another, on one core. When the typing meets the first op kernel the store
-does not hold (by key, or for the numba types it is called with), this process
-starts a helper. The helper compiles the op kernels from the graph's end backwards,
-for the numba types it predicts their arguments have, and stores them; the typing,
+after another, on one core. As the typing begins, this process predicts the numba
+types of the graph's values and, if the store lacks an op kernel for the types
+predicted (by key, or for those types), starts a helper; the typing meanwhile loads
+the stored kernels before it. Otherwise the helper is started when the typing meets
+an op kernel to compile (a misprediction). The helper compiles the op kernels from
+the graph's end backwards, for the numba types it predicts their arguments have,
+and stores them; the typing,
 going forwards, loads what the helper stored (the store's entry lock makes it wait
 for a kernel the helper is compiling), and the two meet in the middle. The helper
 stops there, or is stopped when the typing ends (SIGKILL: the store survives a
@@ -77,7 +80,7 @@ class CompileAhead:
         self._steps, self._outputs = steps, outputs
         self._serve, self._key_of, self._stored, self._record = serve, key_of, stored, record
         self._settings = settings
-        self._tried = False
+        self._begun = self._tried = False
         self._found_stored: set = set()
         self._stop: Callable | None = None  # kills and reaps the helper, once one runs
         self._position: mmap.mmap | None = None
@@ -89,15 +92,34 @@ class CompileAhead:
     def before_step(self, index: int, value_types: dict) -> None:
         """The typing is about to serve step `index`; `value_types` holds the numba type of
         every value typed so far."""
+        if index == 0:
+            self.begin(value_types)
         if self._stop is not None:
             POSITION.pack_into(self._position, 0, index)
             self.read_announcements()
-        elif not self._tried and self._will_compile(
-                self._steps[index].kernel,
-                tuple(value_types[name] for name in self._steps[index].inputs)):
+            return
+        if self._tried:
+            return
+        if self._will_compile(self._steps[index].kernel,
+                              tuple(value_types[name] for name in self._steps[index].inputs)):
             self._tried = True
             with contextlib.suppress(Exception):  # no helper then: the typing goes on alone
-                self._start(index, value_types)
+                self._start(index, predict(self._steps, self._outputs, value_types, index))
+
+    def begin(self, value_types: dict) -> None:
+        """The typing is about to begin, `value_types` holding the numba types of what the
+        steps read first (the body's arguments and constants): start the helper if an op
+        kernel will be compiled for the types predicted. Once per body; the typing calls
+        it too, if numba's compile did not."""
+        if self._begun:
+            return
+        self._begun = True
+        with contextlib.suppress(Exception):  # else the typing starts it when it meets one
+            predicted = predict(self._steps, self._outputs, value_types, 0)
+            first = self._first_compiled(predicted)
+            if first is not None:
+                self._tried = True
+                self._start(first, predicted)
 
     def finish(self, value_types: dict) -> None:
         """The typing has ended, having typed `value_types`: count the values whose type
@@ -152,16 +174,24 @@ class CompileAhead:
             return False
         return True
 
-    def _start(self, index: int, value_types: dict) -> None:
-        """Start a helper for the steps after `index`: forked from a process running one
-        Python thread, else spawned (:meth:`_spawn`)."""
+    def _first_compiled(self, predicted: dict) -> int | None:
+        """The first step whose op kernel will be compiled for the types `predicted`, if any."""
+        for index, step in enumerate(self._steps):
+            signature = tuple(predicted.get(name) for name in step.inputs)
+            if None not in signature and self._will_compile(step.kernel, signature):
+                return index
+        return None
+
+    def _start(self, index: int, predicted: dict) -> None:
+        """Start a helper for the steps after `index`, for the types `predicted`: forked
+        from a process running one Python thread, else spawned (:meth:`_spawn`)."""
         state = session.current()
         if state.is_helper or state.compile_ahead_running or len(self._steps) - index < 2:
             return
         # The work is found here, not in a forked helper: walking the graph's steps and
         # values there would write into their pages (reference counts) and copy them,
         # 14 MiB of the large benchmark model's, for 10 ms here.
-        work = self._work(index, predict(self._steps, self._outputs, value_types, index))
+        work = self._work(index, predicted)
         if not work:
             return
         position_file = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finish)

@@ -16,6 +16,9 @@ kernel to compare, serves this kernel only.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+
 from numba_cache.kernels.assembly import op_links
 from numba_cache.kernels.outcomes import report
 from numba_cache.kernels.protocol import lookup
@@ -47,6 +50,29 @@ class GraphKernelCache(KernelCache):
         self._linked_missed: set = set()
         self._linked_prefetched: Entry | None = None
         self._linked_stored = False  # when prefetched
+        self._begin_compile: Callable | None = None
+        self._end_compile: Callable | None = None
+
+    def compiles_with(self, begin: Callable, end: Callable) -> None:
+        """Have ``begin(sig)`` called when numba is about to compile this graph kernel for
+        `sig`, its lookup missed (as a helper compiling ahead starts, :mod:`.compile_ahead`),
+        and ``end()`` once that compile is over, however it ends."""
+        self._begin_compile, self._end_compile = begin, end
+
+    def load_overload(self, sig, target_context):
+        compiled = super().load_overload(sig, target_context)
+        if compiled is None and self._begin_compile is not None:
+            self._begin_compile(sig)
+        return compiled
+
+    @contextlib.contextmanager
+    def compiling(self):
+        try:
+            with super().compiling():
+                yield
+        finally:
+            if self._end_compile is not None:
+                self._end_compile()
 
     def sources(self) -> list[Source]:
         return [
