@@ -219,6 +219,27 @@ def test_an_edit_starts_the_helper_before_the_typing_loads_its_stored_kernels(tm
     assert helped["values"] == alone["values"]
 
 
+def test_a_prediction_that_fails_before_the_compile_leaves_the_helper_to_the_typing(tmp_path):
+    """The types the helper would start from cannot be made before numba's compile (made
+    to raise here): the compile goes on, the typing starts the helper, and the bits are
+    those of the edit compiled alone."""
+    store = {"NBCACHE_DIR": str(tmp_path / "store"), "NBCACHE_COMPILE_AHEAD": "1"}
+    run_python(EDITED.format(outputs="[pt.sort(x), pt.cumsum(x)]"), env=store)
+    failing = ("from numba_cache.kernels.assembly import graph_kernel\n"
+               "def types_of_arguments(*arguments):\n"
+               "    raise RuntimeError('no types')\n"
+               "graph_kernel.types_of_arguments = types_of_arguments\n")
+    edit = EDITED.format(outputs="[pt.sort(x), pt.cumsum(x), "
+                                 "pt.argsort(pt.cumprod(pt.sort(x) + pt.cumsum(x)))]")
+    helped = run_python(failing + edit, env=store)
+    alone = run_python(edit, env={"NBCACHE_DIR": str(tmp_path / "alone"),
+                                  "NBCACHE_COMPILE_AHEAD": "0"})
+    assert helped["stats"]["compiled_ahead:helper"] == 1, helped["stats"]
+    [started] = helped["started"]
+    assert started["typing"], helped["started"]
+    assert helped["values"] == alone["values"]
+
+
 SECOND_THREAD = ("stop = threading.Event()\n"
                  "threading.Thread(target=stop.wait, daemon=True).start()")
 

@@ -139,10 +139,15 @@ def graph_kernel(fgraph, context, storage_map: dict | None = None, known=None,
             generated.arguments, embedded, steps, generated.returned, serve, lifted, ahead,
             whole=op_calls == LINKED)
         if ahead is not None:  # started before numba's compile of the function, not in it
-            cache.compiles_with(
-                lambda sig: ahead.begin(types_of_arguments(sig, generated.arguments, namespace,
-                                                           embedded, lifted)),
-                lambda: ahead.finish({}))
+            def begin_ahead(sig):
+                try:
+                    value_types = types_of_arguments(sig, generated.arguments, namespace,
+                                                     embedded, lifted)
+                except Exception:  # a prediction only: the typing begins it then
+                    return
+                ahead.begin(value_types)
+
+            cache.compiles_with(begin_ahead, lambda: ahead.finish({}))
         if uncacheable_ops:
             return Uncacheable(
                 "contains-uncacheable",

@@ -2,10 +2,10 @@
 
 numba types a graph kernel's body in the graph's order, compiling each op kernel
 the first time it meets it (:mod:`.graph_body`): on a cold compile, one op kernel
-after another, on one core. As the typing begins, this process predicts the numba
-types of the graph's values and, if the store lacks an op kernel for the types
-predicted (by key, or for those types), starts a helper; the typing meanwhile loads
-the stored kernels before it. Otherwise the helper is started when the typing meets
+after another, on one core. When the graph function's lookup misses, before numba
+compiles it, this process predicts the numba types of the graph's values and, if the
+store lacks an op kernel for the types predicted (by key, or for those types),
+starts a helper; the typing meanwhile loads the stored kernels before it. Otherwise the helper is started when the typing meets
 an op kernel to compile (a misprediction). The helper compiles the op kernels from
 the graph's end backwards, for the numba types it predicts their arguments have,
 and stores them; the typing,
