@@ -5,10 +5,10 @@ the first time it meets it (:mod:`.graph_body`): on a cold compile, one op kerne
 after another, on one core. When the graph function's lookup misses, before numba
 compiles it, this process predicts the numba types of the graph's values and, if the
 store lacks an op kernel for the types predicted (by key, or for those types),
-starts a helper; the typing meanwhile loads the stored kernels before it. Otherwise the helper is started when the typing meets
-an op kernel to compile (a misprediction). The helper compiles the op kernels from
-the graph's end backwards, for the numba types it predicts their arguments have,
-and stores them; the typing,
+starts a helper; the typing meanwhile loads the stored kernels before it. Otherwise
+the helper is started when the typing meets an op kernel to compile (a
+misprediction). The helper compiles the op kernels from the graph's end backwards,
+for the numba types it predicts their arguments have, and stores them; the typing,
 going forwards, loads what the helper stored (the store's entry lock makes it wait
 for a kernel the helper is compiling), and the two meet in the middle. The helper
 stops there, or is stopped when the typing ends (SIGKILL: the store survives a
