@@ -12,6 +12,7 @@ import contextlib
 import importlib
 import inspect
 import linecache
+import marshal
 import textwrap
 
 import numpy as np
@@ -169,3 +170,75 @@ def test_a_nested_block_makes_no_deferred_body_of_its_own():
             pass
     assert sparse_import.deferred_code.cache_info().currsize == 1
     assert sparse_import.deferred_code(original) is not None
+
+
+REMEMBERED = """
+import json
+from pytensor.tensor import basic
+from numba_cache._compat import sparse_import
+from numba_cache.kernels.context import current_context
+from numba_cache.rewritten.rewrite_cache import _sparse_import_deferred
+
+function = basic._get_underlying_scalar_constant_value
+original = function.__code__
+with _sparse_import_deferred(current_context()):
+    inside = function.__code__
+made = sparse_import.deferred_code.cache_info().misses
+print(json.dumps({"made": made, "deferred": inside is not original,
+                  "as_made_here": inside == sparse_import.deferred_code(original),
+                  "key": sparse_import.derivation_key(original),
+                  "fingerprint": current_context().fingerprint.digest}))
+"""
+
+
+def _derivation(root):
+    """Run :data:`REMEMBERED` in a fresh process on the store at `root`."""
+    return run_python(REMEMBERED, env={"NBCACHE_DIR": str(root)})
+
+
+def test_the_body_made_in_one_process_is_loaded_by_the_next(tmp_path):
+    """The first process makes it and keeps it in the store; the next loads it, the same
+    code, and makes none; a damaged copy is made again and rewritten."""
+    first = _derivation(tmp_path)
+    assert (first["made"], first["deferred"], first["as_made_here"]) == (1, True, True)
+    kept = tmp_path / first["fingerprint"] / "derived_code" / first["key"]
+    assert kept.is_file()
+    second = _derivation(tmp_path)
+    assert (second["made"], second["deferred"], second["as_made_here"]) == (0, True, True)
+
+    damaged = bytearray(kept.read_bytes())
+    damaged[-1] ^= 0xFF
+    kept.write_bytes(bytes(damaged))
+    third = _derivation(tmp_path)
+    assert (third["made"], third["deferred"], third["as_made_here"]) == (1, True, True)
+    assert _derivation(tmp_path)["made"] == 0, "the damaged copy was not rewritten"
+
+
+def test_a_remembered_body_of_another_function_is_not_used(tmp_path):
+    """A readable body under the key whose code is not the function's (another signature,
+    name or place) is made again, never run in its stead."""
+    first = _derivation(tmp_path)
+    from numba_cache.store import Store
+    from store_states import settings_for
+
+    other = sparse_import.deferred_code(_asks_whether_an_instance.__code__)
+    Store(settings_for(tmp_path)).record_derived_code(
+        first["fingerprint"], first["key"], sparse_import.DEFERRED + marshal.dumps(other))
+    again = _derivation(tmp_path)
+    assert (again["made"], again["deferred"], again["as_made_here"]) == (1, True, True)
+
+
+def test_the_derivation_key_follows_the_source_lines_and_the_code(tmp_path, monkeypatch):
+    """Everything the body is made from is in its key: an edited source (as the interpreter
+    would read it now) and another function each give another key."""
+    module = tmp_path / "keyed_module.py"
+    module.write_text(textwrap.dedent(inspect.getsource(_asks_whether_an_instance)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = importlib.import_module("keyed_module")._asks_whether_an_instance.__code__
+    key = sparse_import.derivation_key(code)
+    assert key is not None and key == sparse_import.derivation_key(code)
+    assert key != sparse_import.derivation_key(_asks_whether_an_instance.__code__)
+    module.write_text(module.read_text().replace("isinstance(op, CSM)",
+                                                 "isinstance(op, (CSM))"))
+    linecache.checkcache(str(module))
+    assert sparse_import.derivation_key(code) not in (None, key)

@@ -15,19 +15,32 @@ The body is rewritten only where that is provably the same: each name imported f
 (upstream moved), :func:`deferred_code` is None and upstream runs as it is, importing;
 ``tests/test_sparse_import.py`` fails on that, so we hear of it. Not a seam: where it
 cannot defer, nothing is wrong, a compile only pays the import.
+
+Making the body (parsing, checking and compiling upstream's source twice) takes about
+11 ms, in every process whose compile rewrites. :func:`deferred` may be given a place to
+remember it across processes (the store's derived code): under a key of everything the
+body is made from (:func:`derivation_key`), a later process loads it with ``marshal``.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import hashlib
 import linecache
+import marshal
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from types import CodeType
 
 from numba_cache import session
 
 #: The package whose import the function defers.
 SPARSE = "pytensor.sparse"
+#: What a remembered derivation holds: no body could be made, or the body's ``marshal``.
+NOT_DEFERRED, DEFERRED = b"N", b"C"
 
 
 def _function():
@@ -36,14 +49,18 @@ def _function():
     return basic._get_underlying_scalar_constant_value
 
 
-def deferred():
+def deferred(known: Callable[[str], bytes | None] | None = None,
+             remember: Callable[[str, bytes], None] | None = None):
     """The function's sparse import deferred meanwhile (a context manager); as upstream
-    runs where it cannot be (:func:`deferred_code`)."""
+    runs where it cannot be (:func:`deferred_code`).
+
+    `known(key)` and `remember(key, body)`, if given, read and keep the derivation
+    across processes, by :func:`derivation_key`."""
     function = _function()
 
     def install():  # at the first block only: a nested one would find the deferred code
         original = function.__code__
-        if (code := deferred_code(original)) is not None:
+        if (code := _remembered_code(original, known, remember)) is not None:
             function.__code__ = code
         return original
 
@@ -51,6 +68,66 @@ def deferred():
         function.__code__ = original
 
     return session.current().sparse_import_patch.applied(install, remove)
+
+
+def _remembered_code(original: CodeType, known, remember) -> CodeType | None:
+    """:func:`deferred_code` of `original`, read from `known` if it holds the derivation,
+    else made and given to `remember`."""
+    key = derivation_key(original) if known is not None else None
+    if key is None:
+        return deferred_code(original)
+    try:
+        found = _decoded(known(key), original)
+    except Exception:  # a place that cannot be read costs the derivation, nothing more
+        found = None
+    if found is not None:
+        return found[0]
+    code = deferred_code(original)
+    if remember is not None:
+        with contextlib.suppress(Exception):
+            remember(key, NOT_DEFERRED if code is None else DEFERRED + marshal.dumps(code))
+    return code
+
+
+def _decoded(body: bytes | None, original: CodeType) -> tuple[CodeType | None] | None:
+    """The derivation `body` holds, as a 1-tuple, or None if it holds none that can stand
+    for `original`'s (unreadable, or a code of another signature or place)."""
+    if body == NOT_DEFERRED:
+        return (None,)
+    if body is None or not body.startswith(DEFERRED):
+        return None
+    try:
+        code = marshal.loads(body[len(DEFERRED):])
+    except (EOFError, ValueError, TypeError):
+        return None
+    if not isinstance(code, CodeType) or _signature(code) != _signature(original):
+        return None
+    return (code,)
+
+
+def _signature(code: CodeType) -> tuple:
+    return (code.co_argcount, code.co_posonlyargcount, code.co_kwonlyargcount,
+            code.co_freevars, code.co_qualname, code.co_filename, code.co_firstlineno)
+
+
+def derivation_key(original: CodeType) -> str | None:
+    """A sha256 hex digest of everything :func:`deferred_code` makes its body from: the
+    interpreter, `original` itself (its bytecode, constants, names and positions), the
+    source lines it spans as :mod:`linecache` has them, and this module's own source;
+    None if one of them cannot be read."""
+    span = _source_span(original)
+    try:
+        own_source = Path(__file__).read_bytes()
+        dumped = marshal.dumps(original)
+    except (OSError, ValueError):
+        return None
+    if span is None:
+        return None
+    digest = hashlib.sha256()
+    for part in (sys.version.encode(), own_source, dumped, span[1].encode()):
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return digest.hexdigest()
 
 
 @functools.cache
@@ -74,14 +151,12 @@ def _definition(original: CodeType) -> ast.FunctionDef | None:
     Its lines are those `original` spans (:func:`inspect.getsource` would find them too,
     but first maps every module's file: about 50 ms), after as many empty lines as come
     before them, so that the tree's line numbers are the file's."""
-    lines = linecache.getlines(original.co_filename)
-    first = original.co_firstlineno
-    last = max((end for code in _codes(original) for _, end, _, _ in code.co_positions()
-                if end is not None), default=0)
-    if not lines or last < first or lines[first - 1][:1].isspace():
-        return None  # a nested function's source would need dedenting: not this one's
+    span = _source_span(original)
+    if span is None:
+        return None
+    first, source = span
     try:
-        tree = ast.parse("\n" * (first - 1) + "".join(lines[first - 1:last]))
+        tree = ast.parse("\n" * (first - 1) + source)
     except SyntaxError:
         return None
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.FunctionDef):
@@ -89,6 +164,17 @@ def _definition(original: CodeType) -> ast.FunctionDef | None:
     if not _alike(_compiled(tree.body[0], original), original):
         return None  # the file changed since it was imported
     return tree.body[0]
+
+
+def _source_span(original: CodeType) -> tuple[int, str] | None:
+    """The first line number and the source lines of `original`'s function, or None."""
+    lines = linecache.getlines(original.co_filename)
+    first = original.co_firstlineno
+    last = max((end for code in _codes(original) for _, end, _, _ in code.co_positions()
+                if end is not None), default=0)
+    if not lines or last < first or lines[first - 1][:1].isspace():
+        return None  # a nested function's source would need dedenting: not this one's
+    return first, "".join(lines[first - 1:last])
 
 
 def _codes(code: CodeType):

@@ -102,7 +102,8 @@ class CachedRewriteFunctionMaker(FunctionMaker):
                         else replay.recording())
             with (watch(reads) if reads is not None else contextlib.nullcontext(),
                   cycle_check.watched(fgraph) if context.enabled else contextlib.nullcontext(),
-                  sparse_import.deferred() if context.enabled else contextlib.nullcontext(),
+                  _sparse_import_deferred(context) if context.enabled
+                  else contextlib.nullcontext(),
                   full_collections_held(), recorded as said,
                   rewrite_failures.watched() as failed):
                 FunctionMaker.prepare_fgraph(
@@ -111,6 +112,14 @@ class CachedRewriteFunctionMaker(FunctionMaker):
                 lookup.not_stored(failed.first)
             elif lookup is not None:
                 lookup.save(reads, replay.about_the_graph(said))
+
+
+def _sparse_import_deferred(context):
+    """:func:`.sparse_import.deferred`, its derivation remembered in the store."""
+    store, fingerprint = context.store, context.fingerprint.digest
+    return sparse_import.deferred(
+        known=lambda key: store.derived_code(fingerprint, key),
+        remember=lambda key, body: store.record_derived_code(fingerprint, key, body))
 
 
 def report_unkeyable(context, fgraph, error: Exception) -> None:

@@ -95,6 +95,12 @@ class NullStore:
     def record_lengths_read(self, fingerprint: str, found: dict[str, bool]) -> None:
         pass
 
+    def derived_code(self, fingerprint: str, key: str) -> bytes | None:
+        return None
+
+    def record_derived_code(self, fingerprint: str, key: str, body: bytes) -> None:
+        pass
+
     def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
         return False
 

@@ -1,6 +1,7 @@
 """Side files of a fingerprint's directory: what its digest stands for, registry digests,
 which graph kernel holds a given code, which op kernels a graph of any static lengths
-calls, and which linked graph kernels are being built.
+calls, which linked graph kernels are being built, and code numba_cache derived from
+upstream's (checksummed: it runs).
 
 None is needed to load a kernel: they explain a miss ("numba 0.68.0 became
 0.69.0"), save a rewrite-registry recomputation, find a graph kernel another
@@ -14,6 +15,7 @@ names an entry, which may have been evicted or damaged since: then it is a miss.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import time
@@ -36,6 +38,9 @@ LENGTHS_READ_NAME = "lengths_read.json"
 #: The directory of the linking claims: one file per linked graph kernel being built,
 #: or whose build failed (:mod:`numba_cache.kernels.helpers.linked_build`).
 LINKING_NAME = "linking"
+#: The directory of derived code: one file per derivation key, its sha256 then its bytes
+#: (:mod:`numba_cache._compat.sparse_import`).
+DERIVED_CODE_NAME = "derived_code"
 #: How long a failed build keeps others from trying it again, in seconds.
 FAILED_LINKING_HOLDS = 86400.0
 
@@ -210,6 +215,29 @@ class SideFiles:
         with contextlib.suppress(OSError):
             self._backend.put_file(self._root / fingerprint / LENGTHS_READ_NAME, text.encode())
 
+    def derived_code(self, fingerprint: str, key: str) -> bytes | None:
+        """The bytes recorded under derivation key `key`, or None when there are none or they
+        fail their checksum (a torn or damaged file reads as unknown)."""
+        check_name("fingerprint", fingerprint)
+        check_name("derivation key", key)
+        try:
+            recorded = (self._root / fingerprint / DERIVED_CODE_NAME / key).read_bytes()
+        except OSError:
+            return None
+        checksum, body = recorded[:32], recorded[32:]
+        return body if hashlib.sha256(body).digest() == checksum else None
+
+    def record_derived_code(self, fingerprint: str, key: str, body: bytes) -> None:
+        """Remember `body` under derivation key `key`, with its checksum; silent when the
+        store cannot be written, since it only saves time."""
+        check_name("fingerprint", fingerprint)
+        check_name("derivation key", key)
+        if not self._writable() or self.derived_code(fingerprint, key) == body:
+            return
+        with contextlib.suppress(OSError):
+            self._backend.put_file(self._root / fingerprint / DERIVED_CODE_NAME / key,
+                                   hashlib.sha256(body).digest() + body)
+
     def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
         """Whether this process may build linked graph kernel `key`: none claimed it within
         `stale_after` seconds (a build still running) and no build of it failed within
@@ -319,6 +347,13 @@ class SideFilesOfStore:
 
     def record_lengths_read(self, fingerprint: str, found: dict[str, bool]) -> None:
         self._side_files.record_lengths_read(fingerprint, found)
+
+    def derived_code(self, fingerprint: str, key: str) -> bytes | None:
+        """The derived code recorded under `key`, checksum verified (:mod:`.side_files`)."""
+        return self._side_files.derived_code(fingerprint, key)
+
+    def record_derived_code(self, fingerprint: str, key: str, body: bytes) -> None:
+        self._side_files.record_derived_code(fingerprint, key, body)
 
     def claim_linking(self, fingerprint: str, key: str, stale_after: float) -> bool:
         """Whether this process may build linked graph kernel `key` (:mod:`.side_files`)."""
