@@ -242,3 +242,23 @@ def test_the_derivation_key_follows_the_source_lines_and_the_code(tmp_path, monk
                                                  "isinstance(op, (CSM))"))
     linecache.checkcache(str(module))
     assert sparse_import.derivation_key(code) not in (None, key)
+
+
+KEYED = """
+import json
+from pytensor.tensor import basic
+from numba_cache._compat import sparse_import
+
+original = basic._get_underlying_scalar_constant_value.__code__
+held = list(original.co_consts) * HOLD  # other reference counts: marshal would mark them
+print(json.dumps({"key": sparse_import.derivation_key(original)}))
+"""
+
+
+def test_the_derivation_key_is_the_same_in_every_process():
+    """Whatever else a process holds, and whatever its string hashing: else each program
+    would make the body again, and keep a copy of its own."""
+    keys = {run_python(KEYED.replace("HOLD", str(hold)),
+                       env={"PYTHONHASHSEED": seed})["key"]
+            for hold, seed in ((0, "1"), (1, "2"), (2, "random"))}
+    assert len(keys) == 1 and None not in keys

@@ -118,16 +118,37 @@ def derivation_key(original: CodeType) -> str | None:
     span = _source_span(original)
     try:
         own_source = Path(__file__).read_bytes()
-        dumped = marshal.dumps(original)
-    except (OSError, ValueError):
+    except OSError:
         return None
     if span is None:
         return None
     digest = hashlib.sha256()
-    for part in (sys.version.encode(), own_source, dumped, span[1].encode()):
+    for part in (sys.version.encode(), own_source, _identity(original).encode(),
+                 span[1].encode()):
         digest.update(len(part).to_bytes(8, "little"))
         digest.update(part)
     return digest.hexdigest()
+
+
+#: The fields of a code object that :func:`_identity` describes, its constants apart.
+_CODE_FIELDS = ("co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_flags",
+                "co_code", "co_names", "co_varnames", "co_freevars", "co_cellvars",
+                "co_filename", "co_name", "co_qualname", "co_firstlineno", "co_linetable",
+                "co_exceptiontable")
+
+
+def _identity(value) -> str:
+    """A text of `value`, a code object or one of its constants, that is the same in every
+    process for the same code (``marshal.dumps`` is not: it marks objects by their
+    reference counts; a frozenset's order follows string hashing)."""
+    if isinstance(value, CodeType):
+        fields = ", ".join(repr(getattr(value, name)) for name in _CODE_FIELDS)
+        return f"code({fields}, consts=[{', '.join(map(_identity, value.co_consts))}])"
+    if isinstance(value, tuple):
+        return f"({', '.join(map(_identity, value))},)"
+    if isinstance(value, frozenset):
+        return f"frozenset({sorted(map(_identity, value))})"
+    return f"{type(value).__name__}:{value!r}"
 
 
 @functools.cache
