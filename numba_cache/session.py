@@ -166,6 +166,9 @@ class Session:
         self.cycle_check_patch = CountedPatch()
         #: _compat/sparse_import: constant digging's code, with its sparse import deferred.
         self.sparse_import_patch = CountedPatch()
+        #: _compat/sparse_import: the deferred body of each upstream code object (None:
+        #: none), as made or loaded from the store once in this process.
+        self.sparse_import_bodies = {}
         #: rewritten/cycle_check: the ``AddedEdges`` of each FunctionGraph being rewritten.
         self.added_edges = weakref.WeakKeyDictionary()
         #: rewritten/data_reads: the ``DataReads`` recording the current rewrite's reads.

@@ -161,8 +161,11 @@ def test_a_source_file_changed_since_its_import_is_left_to_import(tmp_path, monk
     assert sparse_import.deferred_code(code) is None
 
 
-def test_a_nested_block_makes_no_deferred_body_of_its_own():
+def test_a_nested_block_makes_no_deferred_body_of_its_own(monkeypatch):
     """Only the first block makes the body (about 10 ms); a nested one finds it in place."""
+    from numba_cache import session
+
+    monkeypatch.setattr(session, "_session", session.Session())  # none made in it yet
     original = basic._get_underlying_scalar_constant_value.__code__
     sparse_import.deferred_code.cache_clear()
     with sparse_import.deferred():
@@ -267,3 +270,21 @@ def test_the_derivation_key_is_the_same_in_every_process():
                        env={"PYTHONHASHSEED": seed})["key"]
             for hold, seed in ((0, "1"), (1, "2"), (2, "random"))}
     assert len(keys) == 1 and None not in keys
+
+
+def test_a_process_keys_and_reads_the_body_once(monkeypatch):
+    """Only a process's first rewrite looks the body up: a later one (a test suite compiles
+    thousands) costs nothing more than the swap."""
+    from numba_cache import session
+
+    monkeypatch.setattr(session, "_session", session.Session())
+    place, asked = {}, []
+
+    def known(key):
+        asked.append(key)
+        return place.get(key)
+
+    for _ in range(3):
+        with sparse_import.deferred(known=known, remember=place.__setitem__):
+            assert basic._get_underlying_scalar_constant_value.__code__ is not None
+    assert len(asked) == 1 and list(place) == asked

@@ -60,7 +60,10 @@ def deferred(known: Callable[[str], bytes | None] | None = None,
 
     def install():  # at the first block only: a nested one would find the deferred code
         original = function.__code__
-        if (code := _remembered_code(original, known, remember)) is not None:
+        bodies = session.current().sparse_import_bodies
+        if original not in bodies:  # later compiles neither key nor read it again
+            bodies[original] = _remembered_code(original, known, remember)
+        if (code := bodies[original]) is not None:
             function.__code__ = code
         return original
 
