@@ -62,6 +62,11 @@ class ThisThread(threading.local):
     refresh_failures = 0
     #: integration/when_pytensor: modules of numba_cache (or pytensor) executing their import.
     imports_executing = 0
+    #: kernels/context: a context is being made (its self-test compiles probes, uncached).
+    making_context = False
+    #: kernels/protocol/cache: the kinds of numba_cache's kernels being compiled in this
+    #: thread, innermost last (overload_cache serves numba's implementations some call).
+    kernel_compiles = ()
 
 
 class Session:
@@ -113,6 +118,9 @@ class Session:
         self.op_kernels_from_store = set()
         #: kernels/assembly/op_links: guards `op_kernels` and `op_kernels_from_store`.
         self.op_kernels_lock = threading.Lock()
+        #: kernels/protocol/overload_cache: numba's implementations by (key digest, signature
+        #: text), compiled or loaded, so that none is loaded twice.
+        self.overloads = {}
         #: kernels/runtime/blocks: uuids of the object-mode blocks stored kernels hold.
         self.blocks_of_stored_kernels = set()
         #: kernels/runtime/blocks: (block, signature) of the blocks this process stored.

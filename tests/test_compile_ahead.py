@@ -380,7 +380,10 @@ def test_a_helper_dies_with_the_process_it_helps(tmp_path, prelude):
 
 
 def _hits_and_misses(stats: dict) -> dict:
-    return {name: count for name, count in stats.items() if name.endswith((".hit", ".miss"))}
+    """The lookups of the graph's kernels; not of numba's implementations, which a helper
+    compiles for the kernels it compiles and the process it helps may then load."""
+    return {name: count for name, count in stats.items()
+            if name.endswith((".hit", ".miss")) and not name.startswith("overload.")}
 
 
 def _helper_child(parent: int) -> int | None:

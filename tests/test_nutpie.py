@@ -143,6 +143,10 @@ STATES = {
     "graph entries gone": lambda root: store_states.remove(root, {"graph"}),
     "wrapper entries damaged": lambda root: store_states.damage(root, {"cfunc"}),
     "wrapper links unmet": links_naming_a_missing_symbol,
+    # Compiled again, calling numba's implementations loaded from the store.
+    "wrapper entries gone": lambda root: store_states.remove(root, {"cfunc"}),
+    "wrapper entries gone, numba's implementations damaged": lambda root: (
+        store_states.damage(root, {"overload"}), store_states.remove(root, {"cfunc"}))[0],
 }
 
 
@@ -155,6 +159,8 @@ def test_a_store_in_any_state_gives_the_cold_bits_and_compiles_the_wrappers_agai
     assert STATES[state](root) > 0
     result = run("hidden", "numba_cache", root)
     assert result["stats"].get("cfunc.miss") == 2, result["stats"]
+    if state == "wrapper entries gone":
+        assert result["stats"].get("overload.hit", 0) > 0, result["stats"]
     same_bits(result, first)
     again = run("hidden", "numba_cache", root)  # the store repaired itself
     assert again["stats"].get("cfunc.hit") == 2, again["stats"]

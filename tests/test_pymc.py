@@ -129,14 +129,45 @@ def test_pm_sample_with_wider_priors_reuses_the_models_graph_kernels(tmp_path):
     draws: on this model NUTS takes the last-bit differences of the gradient to other
     trajectories, with or without this reuse; tests/test_lifted_constants.py compares
     a variant's logp and gradient with NUMBA's.)"""
-    wider = "small, wider priors"
-    store = tmp_path / "store"
-    run("pymc", "fork", "numba_cache", store, tmp_path / "base")
-    variant = run("pymc", "fork", "numba_cache", store, tmp_path / "variant", model=wider)
-    alone = run("pymc", "fork", "numba_cache", tmp_path / "alone", tmp_path / "alone-log",
-                model=wider)
+    variant, alone = after_the_base_and_alone("pymc", "small, wider priors", tmp_path)
     print(json.dumps({"variant": variant["stats"], "alone": alone["stats"]}))
 
     assert variant["stats"].get("graph.hit", 0) >= 1, variant["stats"]
     assert variant["stats"].get("graph.miss", 0) < alone["stats"]["graph.miss"]
     assert variant["draws"] == alone["draws"]
+
+
+def after_the_base_and_alone(sampler: str, model: str, tmp_path: Path) -> tuple[dict, dict]:
+    """`model` sampled on the store the small model's run left, and on an empty store."""
+    store = tmp_path / "store"
+    run(sampler, "fork", "numba_cache", store, tmp_path / "base")
+    after = run(sampler, "fork", "numba_cache", store, tmp_path / "after", model=model)
+    alone = run(sampler, "fork", "numba_cache", tmp_path / "empty", tmp_path / "alone",
+                model=model)
+    return after, alone
+
+
+def numbas_own_compiles(result: dict) -> set[str]:
+    """The implementations of numba's own modules numba compiled in any process of a run."""
+    return {f"{record['module']}:{record['name']}" for records in result["processes"].values()
+            for record in records if (record.get("module") or "").startswith("numba.")}
+
+
+def test_an_edited_model_sampled_with_nutpie_loads_numbas_implementations_and_draws_as_alone(
+        tmp_path):
+    """The edit-and-rerun loop: after the base model, an edit of its structure makes a new
+    graph, so nutpie's callbacks around it are compiled again; numba's implementations they
+    and the new kernels call are loaded, and the draws are those of the edit sampled on an
+    empty store, bit for bit."""
+    edited = "small, group-level predictor"
+    edit, alone = after_the_base_and_alone("nutpie", edited, tmp_path)
+    numba = run("nutpie", "fork", "NUMBA", tmp_path / "unused", tmp_path / "numba", model=edited)
+    print(json.dumps({"edit": edit["stats"], "alone": alone["stats"],
+                      "seconds": [edit["compile_seconds"], alone["compile_seconds"],
+                                  numba["compile_seconds"]]}))
+
+    assert edit["stats"].get("cfunc.miss") == 2 and edit["stats"].get("overload.hit", 0) > 0
+    assert alone["stats"].get("overload.hit", 0) == 0
+    assert numbas_own_compiles(edit) < numbas_own_compiles(alone)
+    assert edit["draws"] == alone["draws"]
+    assert_close_draws(edit["draws"], numba["draws"])

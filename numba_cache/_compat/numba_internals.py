@@ -111,6 +111,16 @@ def module_for_linking(library):
     return library._get_module_for_linking()
 
 
+def link_as_loaded(library) -> None:
+    """From now on, link `library` in from its module for linking as a process loading it
+    parses it from bitcode (``CPUCodeLibrary._shared_module``): the same functions, in the
+    order and with the attribute groups the bitcode gives them, so what links it in is
+    optimised from the same module here as there."""
+    import llvmlite.binding as llvm
+
+    library._shared_module = llvm.parse_bitcode(library._get_module_for_linking().as_bitcode())
+
+
 def load_object_code(library, object_code: bytes, symbols) -> None:
     """Load stored `object_code` as the code of the new `library`, which defines `symbols`,
     as ``CPUCodeLibrary._unserialize`` does but for parsing the module kept for linking
@@ -128,6 +138,31 @@ def dispatcher_cache(dispatcher):
 
 def set_dispatcher_cache(dispatcher, cache) -> None:
     dispatcher._cache = cache
+
+
+def compile_flags(dispatcher):
+    """The flags `dispatcher` compiles with if it compiles now: its target options, with
+    what they inherit from the compile in progress, its caller's (fastmath, the error
+    model...), as ``_FunctionCompiler._compile_core`` makes them."""
+    from numba.core import compiler
+
+    flags = compiler.Flags()
+    dispatcher.targetdescr.options.parse_as_flags(flags, dispatcher.targetoptions)
+    return dispatcher._compiler._customize_flags(flags)
+
+
+def flag_values(flags) -> dict:
+    """Every option of numba's compile `flags` by name (``TargetConfig.options``)."""
+    return {name: getattr(flags, name) for name in type(flags).options}
+
+
+def overload_template_class():
+    """The class of numba's templates of ``@overload`` functions and methods, whose
+    ``_get_jit_decorator`` gives the decorator making each implementation's dispatcher
+    (``_OverloadFunctionTemplate._build_impl``)."""
+    from numba.core.typing.templates import _OverloadFunctionTemplate
+
+    return _OverloadFunctionTemplate
 
 
 def final_module(library):

@@ -45,6 +45,32 @@ def cfunc() -> None:
             "CFunc no longer hands its compiler a pipeline class")
 
 
+@seam("_OverloadFunctionTemplate._get_jit_decorator/_build_impl, _FunctionCompiler flags, "
+      "TargetConfig.options", "numba", WRITTEN_FOR, "kernels/protocol/overload_cache.py")
+def overload_implementations() -> None:
+    import numba
+    from numba.core import compiler, dispatcher as dispatchers
+
+    template = numba_internals.overload_template_class()
+    build = inspect.getsource(template._build_impl)
+    require("jitter = self._get_jit_decorator()" in build and "jitter(**self._jit_options)" in build,
+            "an @overload's implementation is no longer wrapped by _get_jit_decorator's decorator")
+    require(callable(getattr(template, "_get_jit_decorator", None)),
+            "_OverloadFunctionTemplate._get_jit_decorator is gone")
+    core = inspect.getsource(dispatchers._FunctionCompiler._compile_core)
+    require("parse_as_flags(flags, self.targetoptions)" in core
+            and "self._customize_flags(flags)" in core,
+            "a dispatcher's compile flags are no longer made from its target options")
+
+    def probe(values):
+        return values
+
+    dispatcher = numba.njit(fastmath=True)(probe)
+    values = numba_internals.flag_values(numba_internals.compile_flags(dispatcher))
+    require(set(values) == set(compiler.Flags.options) and values["fastmath"],
+            "the compile flags do not hold the dispatcher's options")
+
+
 @seam("typing registry globals", "numba", WRITTEN_FOR, "integration/nutpie.py")
 def typing_registry() -> None:
     from numba.core.extending import overload

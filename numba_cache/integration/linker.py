@@ -35,6 +35,7 @@ from numba_cache.collector import older_objects_frozen
 from numba_cache.codegen.thunk import direct_thunk
 from numba_cache.integration import nutpie
 from numba_cache.kernels.callbacks import cfunc
+from numba_cache.kernels.protocol import overload_cache
 from numba_cache.kernels.runtime import objmode
 from numba_cache.kernels.outcomes import replaced_numba
 from numba_cache.kernels.callbacks.entry_point import entry_point
@@ -154,6 +155,7 @@ def register() -> None:
     objmode.install()
     cfunc.install()
     cfunc.register_recognizer(nutpie.recognize)
+    overload_cache.install()
     install_function_maker()
     if LINKER_NAME not in predefined_linkers:
         register_linker(LINKER_NAME, NumbaCacheLinker())

@@ -145,9 +145,15 @@ def _context(settings, fingerprint) -> CacheContext:
     store = session.current().stores.get(
         settings, lambda: NullStore(settings) if settings.disabled else Store(settings))
     context = CacheContext(settings, store, fingerprint, enabled=False, state=compile_state())
-    if settings.disabled or not _self_test_passed(context):
+    if settings.disabled:
         return context
-    return replace(context, enabled=True)
+    this_thread = session.current().this_thread
+    making, this_thread.making_context = this_thread.making_context, True
+    try:
+        passed = _self_test_passed(context)
+    finally:
+        this_thread.making_context = making
+    return replace(context, enabled=True) if passed else context
 
 
 def _self_test_passed(context: CacheContext) -> bool:

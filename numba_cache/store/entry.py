@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 #: The kinds of thing an entry can hold: a whole-graph kernel, an op kernel, a
 #: rewritten graph (keyed before rewriting), an object-mode block, a C callback,
-#: or numba's runtime functions.
-KINDS = ("graph", "op", "rewrite", "objmode", "cfunc", "runtime")
+#: numba's runtime functions, or numba's implementation of a function kernels call
+#: (an ``@overload`` of numba's own, for one signature).
+KINDS = ("graph", "op", "rewrite", "objmode", "cfunc", "runtime", "overload")
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 

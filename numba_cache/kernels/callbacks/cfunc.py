@@ -30,7 +30,7 @@ from numba.core.ccallback import CFunc
 
 from numba_cache.kernels.callbacks import links
 from numba_cache.kernels.runtime import numba_runtime as runtime
-from numba_cache.kernels.protocol.cache import KernelCache
+from numba_cache.kernels.protocol.cache import KernelCache, kernel_compile
 from numba_cache.kernels.protocol.self_contained import SelfContainedCompiler
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable
 from numba_cache.keys.key import Key
@@ -114,6 +114,13 @@ def _init(self, pyfunc, sig, locals, options, pipeline_class=compiler.Compiler):
     if cache is not None:
         self._cache = cache
         self._compiler.pipeline_class = SelfContainedCompiler
+        compile_callback = self.compile
+
+        def compile_as_kernel():
+            with kernel_compile("cfunc"):
+                return compile_callback()
+
+        self.compile = compile_as_kernel
 
 
 def _cache_for(pyfunc, signature, locals, options) -> CFuncCache | None:

@@ -377,12 +377,16 @@ def _die_with_parent() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+#: The kinds of kernel whose loads the helped process tells from hits (:func:`compiled_ahead`).
+ANNOUNCED_KINDS = ("op", "objmode")
+
+
 def note_save(kind: str, key_digest: str, signature) -> None:
     """In a helper, tell the process it helps that it stores this kernel (an op kernel, or
     an object-mode block of one) before the entry can be read there: a load of it is
     then known to be this compile's work, not a hit."""
     announce = session.current().announce
-    if announce is not None:
+    if announce is not None and kind in ANNOUNCED_KINDS:
         os.write(announce, f"{kind} {key_digest} {signature_text(signature)}\n".encode())
 
 

@@ -63,12 +63,15 @@ def registered_reason(op) -> Uncacheable | None:
     return None
 
 
-def inspect_compile_result(cres, llvm_ir: str, object_mode: bool = False) -> Uncacheable | None:
+def inspect_compile_result(cres, llvm_ir: str, object_mode: bool = False,
+                           self_contained_only: bool = True) -> Uncacheable | None:
     """The reason a freshly compiled kernel must not be persisted, or None.
 
     `llvm_ir` is ``cres.library.get_llvm_str()``. `object_mode` allows
     object-mode code: that of an object-mode block (see :mod:`.objmode`), whose
-    environment is stored with it.
+    environment is stored with it. Without `self_contained_only`, code that may call
+    other modules' copies of what it links is stored too: numba's implementations,
+    which kernels link in rather than call (:mod:`.overload_cache`).
     """
     if cres.objectmode and not object_mode:
         return Uncacheable("object-mode", "compiled in numba object mode")
@@ -82,7 +85,7 @@ def inspect_compile_result(cres, llvm_ir: str, object_mode: bool = False) -> Unc
         )
     if not cres.environment.can_cache():
         return Uncacheable("dynamic-environment", "its environment has no module to rebuild from")
-    if not object_mode and not is_self_contained(cres.library):
+    if not object_mode and self_contained_only and not is_self_contained(cres.library):
         return Uncacheable(
             "not-self-contained",
             "its machine code may call other modules' copies of the functions it links, "

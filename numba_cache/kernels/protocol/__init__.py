@@ -5,6 +5,8 @@
 - :mod:`.op_cache`: an op kernel's, which serves first what this process serves for it;
 - :mod:`.graph_cache`: a graph kernel's, which loads the op kernels it calls first, and
   tries its linked build and the graphs of its code;
+- :mod:`.overload_cache`: numba's implementations (``@overload``) its kernels call, one
+  per signature and flags of the compile calling them;
 - :mod:`.lookup`: its lookup, of a kernel's sources in order (``load_overload``);
 - :mod:`.storing`: its storing of what numba compiled (``save_overload``);
 - :mod:`.verification`: the hits the collision detector compiles again to compare;

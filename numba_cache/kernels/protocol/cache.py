@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 from numba.core.caching import _Cache
 
+from numba_cache import session
 from numba_cache.kernels.outcomes import replay, report
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable
 from numba_cache.kernels.protocol.lookup import SERVE_EVERY_HIT, KernelLookup
@@ -36,7 +37,21 @@ from numba_cache.kernels.runtime import blocks as object_mode_blocks
 from numba_cache.store import Entry
 
 
-class KernelCache(KernelLookup, KernelStorage, _Cache):
+class StoreCache(_Cache):
+    """numba's cache protocol for a cache of numba_cache's store: nothing of numba's own
+    cache files to enable, disable or flush."""
+
+    def enable(self):
+        pass
+
+    def disable(self):
+        pass
+
+    def flush(self):
+        pass
+
+
+class KernelCache(KernelLookup, KernelStorage, StoreCache):
     """numba cache object of one kernel key, backed by the numba_cache store.
 
     `prepare` is called on a miss, right before numba compiles; it may return an
@@ -49,6 +64,11 @@ class KernelCache(KernelLookup, KernelStorage, _Cache):
 
     #: Whether the kernel is an object-mode block's, stored with its environment.
     object_mode = False
+    #: Whether only code calling nothing but its own copies of what it links is stored
+    #: (:mod:`.self_contained`).
+    self_contained_only = True
+    #: Whether the digest of its IR is stored, for the collision detector to compare.
+    ir_digested = True
     #: The name of a graph kernel's generated function: its IR is digested without it
     #: (:func:`.collisions.ir_digest`).
     _function_name: str | None = None
@@ -86,15 +106,6 @@ class KernelCache(KernelLookup, KernelStorage, _Cache):
     def cache_path(self):
         return str(self._context.store.root)
 
-    def enable(self):
-        pass
-
-    def disable(self):
-        pass
-
-    def flush(self):
-        pass
-
     @contextlib.contextmanager
     def compiling(self):
         """Scope of one ``Dispatcher.compile`` call: under the flags its key was made with
@@ -105,7 +116,8 @@ class KernelCache(KernelLookup, KernelStorage, _Cache):
         frame: list = []
         self._held_locks.append(frame)
         try:
-            with flags_in_force(self._context), self._context.store.bookkeeping_together():
+            with (kernel_compile(self._key.kind), flags_in_force(self._context),
+                  self._context.store.bookkeeping_together()):
                 yield
         finally:
             self._held_locks.pop()
@@ -146,12 +158,37 @@ class KernelCache(KernelLookup, KernelStorage, _Cache):
                        ).save_overload(signature, compiled)
 
 
+@contextlib.contextmanager
+def kernel_compile(kind: str):
+    """The scope of a compile of one of numba_cache's kernels of `kind` in this thread:
+    numba's implementations compiled meanwhile, outside a kernel compiled within it, are
+    those it calls (:mod:`.overload_cache`)."""
+    this_thread = session.current().this_thread
+    outer = this_thread.kernel_compiles
+    this_thread.kernel_compiles = (*outer, kind)
+    try:
+        yield
+    finally:
+        this_thread.kernel_compiles = outer
+
+
+def innermost_kernel_compile() -> str | None:
+    """The kind of the innermost compile of numba_cache's kernels in progress in this
+    thread, or None."""
+    compiles = session.current().this_thread.kernel_compiles
+    return compiles[-1] if compiles else None
+
+
 class BlockCache(KernelCache):
     """The cache of an object-mode block's kernel (:mod:`.objmode`), whose code reads the
     globals `reads` (:func:`.blocks.environment_reads`): stored with its environment, and
     holding no block itself."""
 
     object_mode = True
+    #: A block's IR is calls into Python's C API, which numba's optimiser arranges
+    #: differently from one process to the next: its code is the Python its environment
+    #: holds, keyed with the block.
+    ir_digested = False
 
     def __init__(self, context, key, reads: list[str]):
         super().__init__(context, key, source=None)

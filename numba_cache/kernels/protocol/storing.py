@@ -44,7 +44,8 @@ class KernelStorage:
             self._collided(sig, cres)
         if verdict is None:
             llvm_ir = llvm_ir or cres.library.get_llvm_str()
-            verdict = inspect_compile_result(cres, llvm_ir, self.object_mode)
+            verdict = inspect_compile_result(cres, llvm_ir, self.object_mode,
+                                             self.self_contained_only)
         if verdict is not None:
             if self._verdict is None:
                 self._verdict = verdict
@@ -53,10 +54,7 @@ class KernelStorage:
             self._verdict_is_stored = True
             return
         blobs = self._existing_blobs()
-        if self._key.kind != "objmode":
-            # An object-mode block's IR is calls into Python's C API, which numba's
-            # optimiser arranges differently from one process to the next: its code is
-            # the Python its environment holds, keyed with the block.
+        if self.ir_digested:
             blobs[entry_layout.ir_digest_blob_name(sig)] = entry_layout.encode_digest(
                 collisions.ir_digest(llvm_ir, self._function_name))
         blocks = self._blocks_held(llvm_ir, blobs)
