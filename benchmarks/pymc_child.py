@@ -27,9 +27,10 @@ import time
 import numpy as np
 
 
-def hierarchical(groups: int, observations: int, prior_sigma: float = 1.0):
+def hierarchical(groups: int, observations: int, prior_sigma: float = 1.0, edit: str | None = None):
     """Varying intercepts and a common slope, radon-style (non-centred); `prior_sigma` is
-    the scale of the mean's and the slope's priors."""
+    the scale of the mean's and the slope's priors; `edit` one of :data:`EDITS`, a change of
+    the model's structure as a modeller makes between two runs."""
     import pymc as pm
 
     rng = np.random.default_rng(0)
@@ -40,10 +41,25 @@ def hierarchical(groups: int, observations: int, prior_sigma: float = 1.0):
         mu = pm.Normal("mu", 0, prior_sigma)
         spread = pm.HalfNormal("spread", 1)
         offset = pm.Normal("offset", 0, 1, shape=groups)
+        intercept = mu + spread * offset
+        if edit == "group-level predictor":
+            predictor = rng.normal(size=groups)
+            intercept = intercept + pm.Normal("gamma", 0, 1) * predictor
         slope = pm.Normal("slope", 0, prior_sigma)
+        if edit == "varying slopes":
+            slope_offset = pm.Normal("slope_offset", 0, 1, shape=groups)
+            slope = (slope + pm.HalfNormal("slope_spread", 1) * slope_offset)[group]
         sigma = pm.HalfNormal("sigma", 1)
-        pm.Normal("y", mu + spread * offset[group] + slope * x, sigma, observed=y)
+        mean = intercept[group] + slope * x
+        if edit == "StudentT likelihood":
+            pm.StudentT("y", nu=pm.Gamma("nu", 2, 0.1), mu=mean, sigma=sigma, observed=y)
+        else:
+            pm.Normal("y", mean, sigma, observed=y)
     return model
+
+
+#: Changes of the hierarchical model's structure, as a modeller edits it between runs.
+EDITS = ("group-level predictor", "varying slopes", "StudentT likelihood")
 
 
 def gaussian_process(points: int = 40):
@@ -67,7 +83,9 @@ CHAINS = 2
 MODELS = {
     "small": lambda: hierarchical(8, 64),
     "small, wider priors": lambda: hierarchical(8, 64, prior_sigma=2.5),
+    **{f"small, {edit}": (lambda edit=edit: hierarchical(8, 64, edit=edit)) for edit in EDITS},
     "radon": lambda: hierarchical(85, 919),
+    **{f"radon, {edit}": (lambda edit=edit: hierarchical(85, 919, edit=edit)) for edit in EDITS},
     "gp": gaussian_process,
 }
 
