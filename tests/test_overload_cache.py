@@ -105,6 +105,20 @@ def test_numba_types_are_described_by_class_and_key_not_by_pickle():
     assert describe(array) == describe(types.Array(types.float64, 1, "C"))
 
 
+def test_a_numba_type_told_apart_by_an_object_makes_no_key():
+    """A function's type is keyed by its typing template, a class made at run time whose
+    name two functions may share: described by name, two such types would be one key."""
+    import numba
+    from numba import types
+
+    from numba_cache.keys.canonical import UnkeyableValue
+
+    function_type = types.Function(numba.core.typing.templates.make_overload_template(
+        len, lambda value: None, {}, True, "never", False))
+    with pytest.raises(UnkeyableValue):
+        describe((function_type,))
+
+
 def test_a_closure_value_without_a_description_by_content_makes_no_key():
     from numba_cache.keys import current_fingerprint
     from numba_cache.keys.canonical import UnkeyableValue

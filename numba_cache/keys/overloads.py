@@ -64,7 +64,7 @@ def describe(value):
     types apart by (``Type.__eq__``, and its interning of types); not by its pickle,
     which holds what numba caches on it as it compiles."""
     if _is_numba_type(value):
-        return ["numba type", qualified_name(type(value)), describe(value.key)]
+        return ["numba type", qualified_name(type(value)), _describe_type_key(value.key)]
     if isinstance(value, tuple | list):
         return [type(value).__name__, [describe(member) for member in value]]
     if isinstance(value, dict):
@@ -72,6 +72,23 @@ def describe(value):
     if isinstance(value, types.FunctionType):
         return describe_function(value)
     return canonical(value)
+
+
+def _describe_type_key(key):
+    """A numba type's ``key`` as JSON data: plain values, numba types, dtypes and classes
+    of numba, NumPy and Python only. Another object (a function's typing template, a dispatcher) is
+    named by its class alone where it is told apart by more: such a type is unkeyable."""
+    if key is None or isinstance(key, bool | int | float | str):
+        return canonical(key)
+    if _is_numba_type(key):
+        return describe(key)
+    if isinstance(key, tuple | list):
+        return [type(key).__name__, [_describe_type_key(member) for member in key]]
+    if isinstance(key, type) and key.__module__.partition(".")[0] in _NAMED_CLASSES:
+        return canonical(key)
+    if type(key).__name__ == "dtype" and type(key).__module__.startswith("numpy"):
+        return canonical(key)
+    raise UnkeyableValue(f"a numba type's key holds a {type(key).__qualname__}")
 
 
 def describe_function(function: types.FunctionType) -> list:
@@ -100,6 +117,8 @@ def _is_numba_type(value) -> bool:
 
 
 _NUMBA_TYPES = "numba.core.types"
+#: The packages whose classes a numba type's key may name: their names are unique.
+_NAMED_CLASSES = ("numba", "numpy", "builtins")
 
 
 def describe_flag(value):
