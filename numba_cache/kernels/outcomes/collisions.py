@@ -140,6 +140,9 @@ _PICKLE_NAME = re.compile(r"(@\.const\.pick(?:ledata|lebuf)\.)[0-9a-f]+")
 _PICKLE_LENGTH = re.compile(r"(@\.const\.pickledata\.[0-9a-f]*, i\d+ )\d+")
 _FREEZE = re.compile(r"\n[ \t]*(%[-\w$.]+) = freeze \S+ (%[-\w$.]+)(?=\n)")
 _LABEL = re.compile(r"\n([-\w$.]+):")
+#: The comment LLVM prints after a label (``; preds = %B0``), padded to a column: a label
+#: named otherwise in another process (an inlined block's suffix) is padded otherwise.
+_LABEL_COMMENT = re.compile(r"(\n[-\w$.]+:)[ \t]*;[^\n]*")
 _LOCAL = re.compile(r"(%[-\w$.]+)")
 
 
@@ -203,7 +206,7 @@ class _LocalNames:
             for frozen, source in _FREEZE.findall(text):
                 self._frozen[frozen] = self._frozen.get(source, source)
             text = _FREEZE.sub("", text)
-        parts = _LOCAL.split(_LABEL.sub(r"\n%\1:", text)[1:])
+        parts = _LOCAL.split(_LABEL.sub(r"\n%\1:", _LABEL_COMMENT.sub(r"\1", text))[1:])
         names = parts[1::2]
         if self._frozen:
             names = [self._frozen.get(name, name) for name in names]
