@@ -21,7 +21,9 @@ KEY_FORMAT = 4
 #: 5: graph kernels call their op kernels by symbol (``kernels/assembly/symbol_calls.py``) and
 #: list them (``kernels/assembly/op_links.py``); version 4 graph kernels linked them in.
 #: 6: graph kernels that only call are optimised by a short pipeline (``kernels/assembly/glue.py``).
-CODEGEN = 6
+#: 7: an op kernel whose implementation is a plain ``numba.njit`` function of its inputs
+#: compiles that function itself, not a wrapper calling it (``kernels/assembly/op_function.py``).
+CODEGEN = 7
 
 #: The body of graph kernels, part of graph kernel keys only: op kernels are unchanged.
 #: 1: the op kernel calls are emitted by one intrinsic (``kernels/assembly/graph_body.py``);

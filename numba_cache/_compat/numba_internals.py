@@ -131,6 +131,20 @@ def load_object_code(library, object_code: bytes, symbols) -> None:
     library.codegen._engine._defined_symbols.update(symbols)
 
 
+def plain_jit_parts(dispatcher) -> tuple | None:
+    """``(py_func, locals, targetoptions)`` of a dispatcher ``numba.njit`` made, compiling with
+    numba's own compiler; None for anything else (an ``@overload``'s function, a dispatcher
+    of another class or pipeline). A dispatcher made from those parts compiles the same code."""
+    from numba.core import compiler
+    from numba.core.registry import CPUDispatcher
+
+    if type(dispatcher) is not CPUDispatcher:
+        return None
+    if getattr(dispatcher._compiler, "pipeline_class", None) is not compiler.Compiler:
+        return None
+    return dispatcher.py_func, dict(dispatcher.locals), dict(dispatcher.targetoptions)
+
+
 def dispatcher_cache(dispatcher):
     """The cache object a dispatcher consults before and after compiling (``Dispatcher._cache``)."""
     return dispatcher._cache

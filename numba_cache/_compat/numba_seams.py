@@ -99,6 +99,26 @@ def dispatcher_cache() -> None:
     require({"load_overload", "save_overload"} <= abstract, "caching._Cache changed its methods")
 
 
+@seam("Dispatcher._compiler.pipeline_class, py_func, locals, targetoptions", "numba", WRITTEN_FOR,
+      "kernels/assembly/op_function.py")
+def plain_jit_parts() -> None:
+    """A ``numba.njit`` dispatcher keeps its function, locals and options where
+    :func:`numba_internals.plain_jit_parts` reads them, and compiles with numba's compiler."""
+    import numba
+
+    def probe(x):
+        return x + 1
+
+    parts = numba_internals.plain_jit_parts(
+        numba.njit(probe, fastmath=True, locals={"x": numba.float64}))
+    require(parts is not None, "numba.njit's dispatcher no longer compiles with numba's Compiler")
+    function, local_types, options = parts
+    require(function is probe and local_types == {"x": numba.float64},
+            "a dispatcher keeps its function or locals otherwise")
+    require(options.get("nopython") is True and options.get("fastmath") is True,
+            f"a dispatcher keeps its options otherwise: {options}")
+
+
 @seam("CodeLibrary._disable_inspection, CompileResult._find_referenced_environments", "numba",
       WRITTEN_FOR, "kernels/protocol/cache.py, kernels/protocol/serialize.py")
 def inspection_and_environments() -> None:

@@ -2,9 +2,10 @@
 
 Each op goes through PyTensor's own numba dispatch (``numba_funcify_and_cache_key``),
 so every op PyTensor supports is supported, and third-party ops registered with
-``register_funcify_and_cache_key`` work unchanged. The returned implementation is
-hoisted into a generated wrapper kernel with its own key and cache entry: the
-level 3 of the cache, which lets a new graph made of known ops skip their compiles.
+``register_funcify_and_cache_key`` work unchanged. The returned implementation
+becomes an op kernel with its own key and cache entry (compiled itself, or called
+from a generated wrapper: :mod:`.op_function`): the level 3 of the cache, which
+lets a new graph made of known ops skip their compiles.
 """
 
 from __future__ import annotations
@@ -16,11 +17,10 @@ import tempfile
 from pathlib import Path
 
 from numba_cache import session
-from numba_cache.codegen.module import compile_function
-from numba_cache.codegen.sources import identifier, kernel_source
+from numba_cache.codegen.sources import identifier
 from numba_cache.kernels.assembly.length_generic import length_generic
+from numba_cache.kernels.assembly.op_function import op_function
 from numba_cache.kernels.outcomes import replay
-from numba_cache.kernels.protocol.dispatcher import cached_dispatcher
 from numba_cache.kernels.protocol.op_cache import OpKernelCache
 from numba_cache.kernels.outcomes.report import record_reuse
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable, registered_reason, unkeyed
@@ -60,14 +60,10 @@ def op_kernel(node, context, storage_map: dict, ofg_memo: dict, converted: dict)
         record_reuse("op")
         return context.op_kernels[key.digest], None
 
-    name = f"{identifier(type(op).__name__)}_{key.short}"
-    source = kernel_source(name, len(node.inputs))
-    filename = context.source_label(key, verdict)
-    function = compile_function(source, name, filename, {"impl": impl})
-    cache = OpKernelCache(context, key, source, verdict=verdict)
-    dispatcher = cached_dispatcher(
-        function, cache, called_from_python=False, fastmath=config.numba__fastmath
-    )
+    made = op_function(impl, len(node.inputs), f"{identifier(type(op).__name__)}_{key.short}",
+                       context.source_label(key, verdict))
+    cache = OpKernelCache(context, key, made.source, verdict=verdict)
+    dispatcher = made.dispatcher(cache, config.numba__fastmath)
     if verdict is None:
         context.op_kernels[key.digest] = dispatcher
         _remember(converted, like, key, said)

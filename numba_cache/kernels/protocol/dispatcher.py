@@ -49,10 +49,19 @@ def cached_dispatcher(py_func, cache, *, called_from_python: bool, fastmath: boo
         "boundscheck": None,
         "fastmath": fastmath_flags(fastmath),
     }
+    return dispatcher_with_options(py_func, cache, targetoptions, {},
+                                   called_from_python=called_from_python,
+                                   pipeline_class=pipeline_class)
+
+
+def dispatcher_with_options(py_func, cache, targetoptions: dict, local_types: dict, *,
+                            called_from_python: bool, pipeline_class=SelfContainedCompiler):
+    """A :class:`CachedDispatcher` of `py_func` compiled with numba's `targetoptions` and
+    `local_types` (as :func:`cached_dispatcher`, whose options are numba_cache's own)."""
     if not called_from_python:
-        targetoptions |= {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+        targetoptions = targetoptions | {"no_cpython_wrapper": True, "no_cfunc_wrapper": True}
     dispatcher = CachedDispatcher(
-        py_func=py_func, locals={}, targetoptions=targetoptions,
+        py_func=py_func, locals=local_types, targetoptions=targetoptions,
         pipeline_class=pipeline_class,
     )
     numba_internals.set_dispatcher_cache(dispatcher, cache)
