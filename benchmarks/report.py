@@ -382,9 +382,12 @@ def _how_to_read(modes: list[str]) -> list[str]:
         "with other observed data (`seed=1`), after base. *Variants*: each in its own process "
         "after the base, the new data and the variants before it. *New model*: another graph "
         "of the same ops (the model on a dataset of other sizes; for `large`, other terms), "
-        "after all of those. *Structural edits* (radon): each a change of the model's "
-        "structure (another prior family, an added term, a group-level predictor, varying "
-        "slopes), in its own process on the caches as the warm process left them.",
+        "after all of those. *Structural edits*: each a change of the model's structure, in "
+        "its own process on the caches as the warm process left them: for radon another "
+        "prior family, an added term, a group-level predictor, varying slopes; for AR(1) "
+        "another prior family, Student-t innovations and a linear trend (both inside the "
+        "scan); for the GP a Matérn 3/2 kernel, an added periodic kernel and a linear mean. "
+        "The large model has none: its new model is already another draw of its terms.",
         "- *memory*: `VmHWM` of the cold process (its peak resident set, interpreter and "
         "imports included), and that peak less `VmRSS` just before `pytensor.function`: "
         "what the compile added.",

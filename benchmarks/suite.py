@@ -11,7 +11,7 @@ For each repeat, model and mode, in a new work directory (empty caches, see
    the base and the variants before it; the disk is measured after the last;
 5. new model: another graph made of the same ops (the model on a dataset of
    other sizes, or another draw of the large model's terms), after all the above;
-6. structural edits (radon): each edit of the model's structure in its own process,
+6. structural edits (radon, AR(1), GP): each edit of the model's structure in its own process,
    on the caches as the warm step left them (restored before each edit), so each
    edit is compiled after the base alone;
 7. linked build (``NUMBA_CACHE``): with ``NBCACHE_LINK_BACKGROUND=1``, a process
@@ -46,7 +46,7 @@ from pathlib import Path
 from benchmarks.child import CALL_FIGURES, FIRST_RESULT, OURS
 from benchmarks.modes import BASELINE, MODES, REPOSITORY, Mode, disk_usage
 from numba_cache import settings
-from numba_cache.evaluation.models import RADON_EDITS, RADON_VARIANTS
+from numba_cache.evaluation.models import AR1_EDITS, GP_EDITS, RADON_EDITS, RADON_VARIANTS
 from numba_cache.kernels.helpers import linked_build as linked_build
 from numba_cache.store import Store
 
@@ -78,8 +78,8 @@ MODELS = {
     for model in (
         Model("radon", "radon_model", variants=RADON_VARIANTS, new_data={"seed": 1},
               new_model={"seed": 2, "groups": 50, "observations": 600}, edits=RADON_EDITS),
-        Model("ar1", "ar1_model", new_model={"seed": 1, "observations": 60}),
-        Model("gp", "gp_model", new_model={"seed": 1, "points": 20}),
+        Model("ar1", "ar1_model", new_model={"seed": 1, "observations": 60}, edits=AR1_EDITS),
+        Model("gp", "gp_model", new_model={"seed": 1, "points": 20}, edits=GP_EDITS),
         Model("large", "large_model", new_model={"seed": 1}),
     )
 }

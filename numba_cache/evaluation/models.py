@@ -8,6 +8,7 @@ gradients, as PyMC's ``logp_dlogp`` function.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +35,11 @@ class Model:
 
 def _normal_logp(value, mu, sigma):
     return -0.5 * ((value - mu) / sigma) ** 2 - pt.log(sigma) - 0.5 * np.log(2 * np.pi)
+
+
+def _student_t_logp(value, mu, sigma, nu: float = 4.0):
+    constant = math.lgamma((nu + 1) / 2) - math.lgamma(nu / 2) - 0.5 * np.log(nu * np.pi)
+    return constant - pt.log(sigma) - (nu + 1) / 2 * pt.log1p(((value - mu) / sigma) ** 2 / nu)
 
 
 def _logp_dlogp(name: str, parameters: list, logp, point: list) -> Model:
@@ -139,14 +145,17 @@ RADON_VARIANTS = {
 AR1_OBSERVATIONS = 100
 
 
-def ar1_model(seed: int = 0, observations: int = AR1_OBSERVATIONS) -> Model:
+def ar1_model(seed: int = 0, observations: int = AR1_OBSERVATIONS, edit: str | None = None) -> Model:
     """An AR(1) time series whose log-likelihood is accumulated by a ``scan``.
 
     The scan carries the running log-likelihood from step to step, so the loop
     is a genuine recurrence; its gradient is a scan too.
     Parameters: the mean, the log innovation scale, and the unconstrained
-    autocorrelation (``tanh`` keeps it in (-1, 1)).
+    autocorrelation (``tanh`` keeps it in (-1, 1)). `edit` names a change of the
+    model's structure (:data:`AR1_EDITS`): new fused kernels, inside the scan for two.
     """
+    if edit not in (None, *AR1_EDITS):
+        raise ValueError(f"unknown AR(1) edit {edit!r}; one of {sorted(AR1_EDITS)}")
     rng = np.random.default_rng(seed)
     series = np.empty(observations)
     series[0] = rng.normal(0.5, 1.0)
@@ -157,39 +166,64 @@ def ar1_model(seed: int = 0, observations: int = AR1_OBSERVATIONS) -> Model:
     log_sigma = pt.scalar("log_sigma")
     phi_raw = pt.scalar("phi_raw")
     parameters = [mu, log_sigma, phi_raw]
+    point = [0.3, -1.0, 0.5]
     sigma, phi = pt.exp(log_sigma), pt.tanh(phi_raw)
+    innovation_logp = _student_t_logp if edit == "Student-t innovations" else _normal_logp
+    observed = pt.as_tensor(series)
+    sequences = [observed[1:], observed[:-1]]
+    if edit == "linear trend":
+        parameters.append(pt.scalar("slope"))
+        point.append(0.01)
+        sequences.append(pt.as_tensor(np.arange(1.0, observations)))
 
     def step(value, previous, total, mu, phi, sigma):
-        return total + _normal_logp(value, mu + phi * (previous - mu), sigma)
+        return total + innovation_logp(value, mu + phi * (previous - mu), sigma)
 
-    observed = pt.as_tensor(series)
+    def trend_step(value, previous, time, total, mu, phi, sigma, slope):
+        level, previous_level = mu + slope * time, mu + slope * (time - 1.0)
+        return total + _normal_logp(value, level + phi * (previous - previous_level), sigma)
+
     totals = pytensor.scan(
-        step,
-        sequences=[observed[1:], observed[:-1]],
+        trend_step if edit == "linear trend" else step,
+        sequences=sequences,
         outputs_info=[pt.as_tensor(np.float64(0.0))],  # a Python 0.0 would be float32
-        non_sequences=[mu, phi, sigma],
+        non_sequences=[mu, phi, sigma, *parameters[3:]],
         return_updates=False,
     )
+    if edit == "Laplace prior":
+        phi_prior = -pt.abs(phi_raw) - np.log(2.0)
+    else:
+        phi_prior = _normal_logp(phi_raw, 0.0, 1.0)
     logp = (
         totals[-1]
         + _normal_logp(mu, 0.0, 5.0)
         + _normal_logp(sigma, 0.0, 1.0) + log_sigma  # half-normal, log-transformed
-        + _normal_logp(phi_raw, 0.0, 1.0)
+        + phi_prior
     )
-    return _logp_dlogp("ar1", parameters, logp, [0.3, -1.0, 0.5])
+    if edit == "linear trend":
+        logp = logp + _normal_logp(parameters[3], 0.0, 0.1)
+    return _logp_dlogp("ar1", parameters, logp, point)
+
+
+#: Changes of the AR(1) model's structure: another prior family, another likelihood
+#: family (inside the scan), a new predictor (inside the scan).
+AR1_EDITS = ("Laplace prior", "Student-t innovations", "linear trend")
 
 
 GP_POINTS = 30
 
 
-def gp_model(seed: int = 0, points: int = GP_POINTS) -> Model:
+def gp_model(seed: int = 0, points: int = GP_POINTS, edit: str | None = None) -> Model:
     """A Gaussian process marginal likelihood: a multivariate normal through a Cholesky factor.
 
     Covariance: an exponentiated-quadratic kernel (amplitude, lengthscale) plus
     observation noise, on `points` one-dimensional inputs. The log density is
     computed as a sampler would: ``cholesky``, one triangular solve, and the log
-    of the factor's diagonal.
+    of the factor's diagonal. `edit` names a change of the model's structure
+    (:data:`GP_EDITS`): another kernel family, an added kernel, a mean function.
     """
+    if edit not in (None, *GP_EDITS):
+        raise ValueError(f"unknown GP edit {edit!r}; one of {sorted(GP_EDITS)}")
     rng = np.random.default_rng(seed)
     x = np.sort(rng.uniform(0, 10, points))
     y = np.sin(x) + rng.normal(0, 0.2, points)
@@ -198,14 +232,31 @@ def gp_model(seed: int = 0, points: int = GP_POINTS) -> Model:
     log_lengthscale = pt.scalar("log_lengthscale")
     log_noise = pt.scalar("log_noise")
     parameters = [log_amplitude, log_lengthscale, log_noise]
+    point = [0.0, 0.0, -1.5]
     amplitude, lengthscale, noise = (pt.exp(p) for p in (log_amplitude, log_lengthscale, log_noise))
 
-    squared_distance = pt.as_tensor((x[:, None] - x[None, :]) ** 2)
-    covariance = amplitude**2 * pt.exp(-0.5 * squared_distance / lengthscale**2) + (
-        noise**2 + 1e-6
-    ) * pt.eye(points)
+    distance = np.abs(x[:, None] - x[None, :])
+    if edit == "Matern 3/2 kernel":
+        scaled = np.sqrt(3.0) * pt.as_tensor(distance) / lengthscale
+        kernel = (1.0 + scaled) * pt.exp(-scaled)
+    else:
+        kernel = pt.exp(-0.5 * pt.as_tensor(distance**2) / lengthscale**2)
+    covariance = amplitude**2 * kernel + (noise**2 + 1e-6) * pt.eye(points)
+    if edit == "periodic term":
+        log_period_amplitude = pt.scalar("log_period_amplitude")
+        parameters.append(log_period_amplitude)
+        point.append(-1.0)
+        period_phase = pt.as_tensor(np.sin(np.pi * distance / 6.0) ** 2)
+        covariance = covariance + pt.exp(2 * log_period_amplitude) * pt.exp(
+            -2.0 * period_phase / lengthscale**2)
+    residual = pt.as_tensor(y)
+    if edit == "linear mean":
+        intercept, slope = pt.scalar("intercept"), pt.scalar("slope")
+        parameters += [intercept, slope]
+        point += [0.1, -0.05]
+        residual = residual - (intercept + slope * pt.as_tensor(x))
     factor = pt.linalg.cholesky(covariance, lower=True)
-    whitened = pt.linalg.solve_triangular(factor, pt.as_tensor(y), lower=True)
+    whitened = pt.linalg.solve_triangular(factor, residual, lower=True)
     logp = (
         -0.5 * pt.sum(whitened**2)
         - pt.sum(pt.log(pt.diagonal(factor)))
@@ -214,7 +265,14 @@ def gp_model(seed: int = 0, points: int = GP_POINTS) -> Model:
         + _normal_logp(log_lengthscale, 0.0, 1.0)
         + _normal_logp(log_noise, -1.0, 1.0)
     )
-    return _logp_dlogp("gp", parameters, logp, [0.0, 0.0, -1.5])
+    for extra in parameters[3:]:
+        logp = logp + _normal_logp(extra, 0.0, 1.0)
+    return _logp_dlogp("gp", parameters, logp, point)
+
+
+#: Changes of the GP model's structure: another kernel family, an added kernel, a mean
+#: function with parameters of its own.
+GP_EDITS = ("Matern 3/2 kernel", "periodic term", "linear mean")
 
 
 LARGE_TERMS = 85
