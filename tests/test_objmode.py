@@ -156,6 +156,25 @@ def test_blocks_of_kernels_compiled_afresh_in_each_process_are_not_stored(privat
     assert result["value"] > 0 and result["stored"] == 0
 
 
+BUILTIN_WITH_ITS_CACHE = BUILTIN_WITHOUT_CACHE.replace(
+    "pytensor.config.numba__cache = False\n", "").replace(
+    '"stored"', '"stats": dict(numba_cache.session_stats()), "stored"')
+
+
+def test_blocks_of_kernels_from_pytensors_own_cache_are_not_looked_up(private_store, tmp_path):
+    """PyTensor's NUMBA mode in a process that imported numba_cache: the second process
+    loads the kernels from PyTensor's cache and compiles their blocks as they first run.
+    No kernel of ours holds them, so the store is not asked for them: nothing is counted
+    (they were counted as misses, though never stored) and nothing stored."""
+    env = {"PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'pytensor'}"}
+    compiled = run_python(BUILTIN_WITH_ITS_CACHE, env=env)
+    loaded = run_python(BUILTIN_WITH_ITS_CACHE, env=env)
+    assert loaded["value"] == compiled["value"] > 0
+    for result in (compiled, loaded):
+        assert result["stored"] == 0
+        assert not [event for event in result["stats"] if event.startswith("objmode.")], result
+
+
 NAME_IN_PICKLES = """
 import json
 from numba.core import pythonapi, serialize

@@ -22,10 +22,11 @@ The key is the block's dispatcher uuid, which numba draws at random when the
 block's kernel is compiled and pickles with it, so every process loading that
 kernel sees the same uuid, and no other block has it; plus the function holding
 the block, the argument types and the environment fingerprint. A block is
-stored only if a kernel in the store holds it (its uuid is in the kernel's IR,
-listed in the kernel's entry, see :func:`.blocks.named_blocks`): blocks of kernels
-compiled afresh in every process (PyTensor's ``NUMBA`` mode with its cache off)
-would only fill the store.
+looked up and stored only if a kernel in the store holds it (its uuid is in the
+kernel's IR, listed in the kernel's entry, see :func:`.blocks.named_blocks`; this
+process knows the kernels it loaded or stored): blocks of kernels compiled afresh
+in every process (PyTensor's ``NUMBA`` mode with its cache off) would only fill the
+store, and blocks of kernels from PyTensor's own cache cannot be in it.
 """
 
 from __future__ import annotations
@@ -75,10 +76,15 @@ _compile_through_store.__qualname__ = _numba_compile.__qualname__
 
 
 def _load_or_compile(compile_args, signature):
-    """The block from the store, or compiled (and stored, if a stored kernel holds it)."""
+    """The block from the store, or compiled (and stored, if a stored kernel holds it).
+
+    A block no stored kernel holds is not looked up: its uuid was drawn by a compile
+    the store never saw (PyTensor's own cache, or its cache off), so no entry can
+    have it, and a lookup would only count a miss.
+    """
     dispatcher, _ = compile_args
     context = current_context()
-    if not context.enabled:
+    if not context.enabled or not held_by_a_stored_kernel(dispatcher):
         return _numba_compile(compile_args)
     cache = BlockCache(context, block_key(context, dispatcher, signature),
                        environment_reads(dispatcher))
@@ -88,8 +94,7 @@ def _load_or_compile(compile_args, signature):
             dispatcher.add_overload(stored)
             return stored.entry_point
         entry_point = _numba_compile(compile_args)
-        if held_by_a_stored_kernel(dispatcher):
-            cache.save_overload(signature, dispatcher.overloads[signature])
+        cache.save_overload(signature, dispatcher.overloads[signature])
         return entry_point
 
 
