@@ -61,6 +61,29 @@ def _ordered(bits: np.ndarray) -> np.ndarray:
     return np.where(bits < 0, minimum - bits, bits)
 
 
+def ulp_distance_at_scale(a, b) -> int:
+    """:func:`ulp_distance` of `a` and `b`, where each pair of floats counts as no further
+    apart than their difference in ULP of the largest magnitude in `b`.
+
+    For a vector whose elements are sums of terms of about that magnitude (a gradient): an
+    element that nearly cancels is far apart in ULP of itself while its difference
+    stays at the rounding of its terms (``docs/limits.md``, "Results and bits").
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    exact = ulp_distance(a, b)
+    if exact == np.iinfo(np.int64).max or a.size == 0:
+        return exact
+    scale = np.spacing(np.max(np.abs(b[np.isfinite(b)]), initial=0.0))
+    return max((_at_scale(x, y, scale) for x, y in zip(a.ravel(), b.ravel())
+                if x != y and not np.isnan(x)), default=0)
+
+
+def _at_scale(x: float, y: float, scale: float) -> int:
+    in_units_of_scale = abs(x - y) / scale
+    exact = ulp_distance(x, y)
+    return exact if not np.isfinite(in_units_of_scale) else min(exact, int(np.ceil(in_units_of_scale)))
+
+
 def max_ulp_distance(values_a, values_b) -> int:
     """:func:`ulp_distance` over pairs of results (a function's outputs)."""
     if len(values_a) != len(values_b):
