@@ -42,6 +42,11 @@ def _student_t_logp(value, mu, sigma, nu: float = 4.0):
     return constant - pt.log(sigma) - (nu + 1) / 2 * pt.log1p(((value - mu) / sigma) ** 2 / nu)
 
 
+def _check_edit(model: str, edit: str | None, edits: tuple) -> None:
+    if edit not in (None, *edits):
+        raise ValueError(f"unknown {model} edit {edit!r}; one of {sorted(edits)}")
+
+
 def _logp_dlogp(name: str, parameters: list, logp, point: list) -> Model:
     gradient = pt.concatenate([g.ravel() for g in pt.grad(logp, parameters)])
     return Model(name, parameters, [logp, gradient], [np.asarray(value) for value in point])
@@ -71,8 +76,7 @@ def radon_model(seed: int = 0, prior_scale: float = 5.0, extra_term: bool = Fals
     same ops. `edit` names a change of the model's structure (:data:`RADON_EDITS`),
     as a modeller makes between runs: new fused kernels.
     """
-    if edit not in (None, *RADON_EDITS):
-        raise ValueError(f"unknown radon edit {edit!r}; one of {sorted(RADON_EDITS)}")
+    _check_edit("radon", edit, RADON_EDITS)
     group, floor, log_radon = radon_data(seed, groups, observations)
     mu_a = pt.scalar("mu_a")
     log_sigma_a = pt.scalar("log_sigma_a")
@@ -154,8 +158,7 @@ def ar1_model(seed: int = 0, observations: int = AR1_OBSERVATIONS, edit: str | N
     autocorrelation (``tanh`` keeps it in (-1, 1)). `edit` names a change of the
     model's structure (:data:`AR1_EDITS`): new fused kernels, inside the scan for two.
     """
-    if edit not in (None, *AR1_EDITS):
-        raise ValueError(f"unknown AR(1) edit {edit!r}; one of {sorted(AR1_EDITS)}")
+    _check_edit("AR(1)", edit, AR1_EDITS)
     rng = np.random.default_rng(seed)
     series = np.empty(observations)
     series[0] = rng.normal(0.5, 1.0)
@@ -171,9 +174,10 @@ def ar1_model(seed: int = 0, observations: int = AR1_OBSERVATIONS, edit: str | N
     innovation_logp = _student_t_logp if edit == "Student-t innovations" else _normal_logp
     observed = pt.as_tensor(series)
     sequences = [observed[1:], observed[:-1]]
-    if edit == "linear trend":
-        parameters.append(pt.scalar("slope"))
-        point.append(0.01)
+    trend = [pt.scalar("slope")] if edit == "linear trend" else []
+    parameters += trend
+    point += [0.01] * len(trend)
+    if trend:
         sequences.append(pt.as_tensor(np.arange(1.0, observations)))
 
     def step(value, previous, total, mu, phi, sigma):
@@ -184,10 +188,10 @@ def ar1_model(seed: int = 0, observations: int = AR1_OBSERVATIONS, edit: str | N
         return total + _normal_logp(value, level + phi * (previous - previous_level), sigma)
 
     totals = pytensor.scan(
-        trend_step if edit == "linear trend" else step,
+        trend_step if trend else step,
         sequences=sequences,
         outputs_info=[pt.as_tensor(np.float64(0.0))],  # a Python 0.0 would be float32
-        non_sequences=[mu, phi, sigma, *parameters[3:]],
+        non_sequences=[mu, phi, sigma, *trend],
         return_updates=False,
     )
     if edit == "Laplace prior":
@@ -200,8 +204,8 @@ def ar1_model(seed: int = 0, observations: int = AR1_OBSERVATIONS, edit: str | N
         + _normal_logp(sigma, 0.0, 1.0) + log_sigma  # half-normal, log-transformed
         + phi_prior
     )
-    if edit == "linear trend":
-        logp = logp + _normal_logp(parameters[3], 0.0, 0.1)
+    for slope in trend:
+        logp = logp + _normal_logp(slope, 0.0, 0.1)
     return _logp_dlogp("ar1", parameters, logp, point)
 
 
@@ -222,8 +226,7 @@ def gp_model(seed: int = 0, points: int = GP_POINTS, edit: str | None = None) ->
     of the factor's diagonal. `edit` names a change of the model's structure
     (:data:`GP_EDITS`): another kernel family, an added kernel, a mean function.
     """
-    if edit not in (None, *GP_EDITS):
-        raise ValueError(f"unknown GP edit {edit!r}; one of {sorted(GP_EDITS)}")
+    _check_edit("GP", edit, GP_EDITS)
     rng = np.random.default_rng(seed)
     x = np.sort(rng.uniform(0, 10, points))
     y = np.sin(x) + rng.normal(0, 0.2, points)
