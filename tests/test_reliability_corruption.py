@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,9 @@ GRAPHS_OF = {
     for number, damage in enumerate(RECORD_DAMAGES)
 }
 EXTRA = ["sumexp", "cumsum"]  # graphs of other shapes, for damage to files every graph uses
-ALL_GRAPHS = [DONOR, *EXTRA, *(name for graphs in GRAPHS_OF.values() for name in graphs.values())]
+#: A graph with an op whose source PyTensor writes into the store (generated_src).
+GENERATED = "padmax"
+ALL_GRAPHS = [DONOR, *EXTRA, GENERATED, *(name for graphs in GRAPHS_OF.values() for name in graphs.values())]
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,48 @@ def test_a_damaged_source_copy_changes_no_result(store, compiled, damage):
     assert_correct(fresh)
     assert without_op_loads(fresh["stats"]) == {"rewrite.hit": 2, "graph.hit": 2} and fresh["warnings"] == []
     assert verify_problems() == []
+
+
+def stray_quotes(path: Path, other: Path) -> None:
+    """Text still, of the same size (PyTensor keeps using such a file: it checks sizes),
+    which no function in it can be read from: quotes for its opening parentheses."""
+    path.write_bytes(path.read_bytes().replace(b"(", b'"'))
+
+
+GENERATED_SOURCE_DAMAGES = [stray_quotes, rel.flip_byte_at(0.5), rel.truncate_half, rel.delete]
+
+
+def damaged_generated_sources(directory: Path) -> list[Path]:
+    """The files of `directory` whose content is not what their name (its digest) says."""
+    return sorted(path for path in directory.glob("m*.py")
+                  if f"m{hashlib.sha256(path.read_bytes()).hexdigest()}" != path.stem)
+
+
+@pytest.mark.parametrize("damage", GENERATED_SOURCE_DAMAGES, ids=lambda damage: damage.__name__)
+def test_damaged_generated_source_fails_no_compile_and_verify_removes_it(
+        compiled, private_store, damage):
+    """PyTensor writes the source it generates into the store (``generated_src``, each file
+    named by the digest of its content) and reuses a file of the right size unread: its
+    functions are compiled from the source in memory, the file serves tracebacks and
+    the readable copy stored with an op kernel. A process converting the ops again
+    must compile them (stray quotes failed the compile), and ``verify`` must find and
+    remove a file that is not what its name says."""
+    generated = compiled.root / compiled.fingerprint / "generated_src"
+    copied = private_store / compiled.fingerprint / "generated_src"
+    shutil.copytree(generated, copied)  # only these: every kernel is compiled again
+    assert list(copied.glob("m*.py"))
+    for path in copied.glob("m*.py"):
+        damage(path, path)
+    fresh = run([GENERATED])
+    assert_correct(fresh)
+    assert fresh["warnings"] == []
+    still_damaged = damaged_generated_sources(copied)
+    if damage in GENERATED_SOURCE_DAMAGES[:2]:
+        assert still_damaged  # reused by PyTensor: only verify finds them
+    reported = sorted(Path(problem["path"]) for problem in verify_problems())
+    assert reported == still_damaged
+    assert run_cli("verify", "--repair").returncode == (1 if still_damaged else 0)
+    assert damaged_generated_sources(copied) == [] and verify_problems() == []
 
 
 INDEX_DAMAGES = [rel.garbage, rel.truncate_half, rel.flip_byte_at(0.01), rel.empty, rel.delete]

@@ -44,7 +44,7 @@ def register(commands, common) -> None:
     verify = commands.add_parser(
         "verify", parents=[common], help="check every entry; exit status 1 if anything is wrong",
         description="Check the checksums and metadata of every entry, source copies, "
-        "temporary files and the index. With --recompile N TARGET...: then also run each "
+        "PyTensor's generated source, temporary files and the index. With --recompile N TARGET...: then also run each "
         "TARGET (the forms warm takes), one after the other in a fresh process, recompiling "
         "its cache hits, at most N in all, and comparing each with the code the store "
         "served (the NBCACHE_VERIFY_HITS check); an entry that differs is a key collision: "
@@ -52,7 +52,8 @@ def register(commands, common) -> None:
         "1: problems or collisions found, or a TARGET failed.",
     )
     verify.add_argument("--repair", action="store_true",
-                        help="remove broken entries, orphaned files and stale temporary files")
+                        help="remove broken entries, orphaned files, damaged generated source "
+                             "and stale temporary files")
     verify.add_argument("--recompile", type=_positive_count, metavar="N",
                         help="recompile at most N cache hits of the TARGETs and compare")
     verify.add_argument("targets", nargs="*", metavar="TARGET",

@@ -6,6 +6,7 @@ Layout under the root::
     <fingerprint>/<key[:2]>/<key>.nbk              the record (authoritative)
     <fingerprint>/<key[:2]>/<key>.py               a readable copy of the source
     <fingerprint>/fingerprint.json                 the fingerprint's components
+    <fingerprint>/generated_src/m<sha256>.py       source PyTensor generates (its own files)
 
 A write goes to a temp file in ``tmp/``, is fsync'ed, then renamed over its
 target, so a crash at any point leaves the old file or the complete new one.
@@ -19,6 +20,7 @@ writer from a write in flight.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import secrets
@@ -31,6 +33,10 @@ from . import checkpoints
 from .entry import is_sha256_hex
 from .notices import warn_once
 
+#: Where PyTensor writes the source it generates, each file named by the sha256 of its
+#: content (``config.generated_src_dir``; :mod:`numba_cache.kernels.assembly.conversion`).
+GENERATED_SOURCE_DIR = "generated_src"
+_GENERATED_SOURCE = re.compile(r"m([0-9a-f]{64})\.py")
 RECORD_SUFFIX = ".nbk"
 SOURCE_SUFFIX = ".py"
 TEMP_SUFFIX = ".tmp"
@@ -127,6 +133,20 @@ class LocalBackend:
             for key, name in _keyed(files, shard, SOURCE_SUFFIX):
                 if key + RECORD_SUFFIX not in files:
                     yield fingerprint, key, Path(files[name].path)
+
+    def misnamed_generated_sources(self) -> Iterator[Path]:
+        """PyTensor's generated source files whose content is not the one their name is the
+        digest of. PyTensor reuses a file of the right size without reading it: a damaged
+        one would stay, and be read back for tracebacks."""
+        for fingerprint in filter(is_sha256_hex, _subdirectories(self.root)):
+            directory = self.root / fingerprint / GENERATED_SOURCE_DIR
+            for name in _names(directory):
+                named = _GENERATED_SOURCE.fullmatch(name)
+                if named is None:
+                    continue
+                with contextlib.suppress(OSError):  # removed meanwhile: nothing to check
+                    if hashlib.sha256((directory / name).read_bytes()).hexdigest() != named[1]:
+                        yield directory / name
 
     def files_in_place_of_directories(self) -> Iterator[Path]:
         """Files where the store keeps a directory, a fingerprint's or a shard's: every

@@ -41,13 +41,14 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
     """Decode every record, compare source copies and index rows with the files.
 
     Finds unreadable records, ``.py`` copies that differ from their record's
-    "source" blob, ``.py`` copies without a record, temp files of dead writers, a
+    "source" blob, ``.py`` copies without a record, PyTensor's generated source files
+    whose content is not what their name says, temp files of dead writers, a
     temp directory, fingerprint directory or shard directory that is not one (every
     write there would fail), index rows without a
     file and files without a row, and entries whose references to others cannot be
     honoured (see :mod:`.references`); lists dangling references last. With
     `repair`, deletes unreadable entries and those whose references cannot be
-    honoured, orphans, stale temp files and files where the store's directories
+    honoured, orphans, damaged generated source, stale temp files and files where the store's directories
     should be, rewrites wrong copies and brings the index in line with the files.
     """
     problems: list[Problem] = []
@@ -100,6 +101,11 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
     for fingerprint, key, path in backend.orphan_sources():
         problems.append(Problem("source copy without a record", fingerprint, key, path))
         if repair:
+            path.unlink(missing_ok=True)
+    for path in backend.misnamed_generated_sources():
+        problems.append(Problem("generated source that is not what its name's digest says",
+                                path=path))
+        if repair:  # PyTensor writes it again when it next generates that source
             path.unlink(missing_ok=True)
     for path in backend.files_in_place_of_directories():
         problems.append(Problem("a file where the store keeps a directory", path=path))

@@ -25,6 +25,7 @@ from numba_cache.kernels.protocol.op_cache import OpKernelCache
 from numba_cache.kernels.outcomes.report import record_reuse
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable, registered_reason, unkeyed
 from numba_cache.keys.kernels import op_kernel_key
+from numba_cache.store.local import GENERATED_SOURCE_DIR
 
 #: How PyTensor's warning that an op falls back to its perform method begins.
 OBJECT_MODE_FALLBACK = "Numba will use object mode"
@@ -161,7 +162,7 @@ def generated_source_dir(context) -> Path:
     we may not write, into a private directory removed at exit.
     """
     if context.enabled and not context.settings.readonly:
-        directory = context.store.root / context.fingerprint.digest / "generated_src"
+        directory = context.store.root / context.fingerprint.digest / GENERATED_SOURCE_DIR
         with contextlib.suppress(OSError):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             return directory

@@ -87,9 +87,17 @@ def _with_generated_module(function: FunctionType) -> FunctionType:
 
 
 def _source_of(function: FunctionType, name: str) -> str:
-    """The readable copy stored with the kernel: the implementation's source, if it has one."""
+    """The readable copy stored with the kernel: the implementation's source, if it has one.
+
+    PyTensor keeps the source it generated on the function (``__source__``): its file,
+    in the store, is only read back for tracebacks, and a damaged one must not fail
+    the compile. Any other implementation's source is read from its module's file.
+    """
     heading = f"# {name}: PyTensor's implementation {function.__qualname__}, compiled itself\n"
+    generated = getattr(function, "__source__", None)
+    if isinstance(generated, str):
+        return heading + generated
     try:
         return heading + textwrap.dedent(inspect.getsource(function))
-    except (OSError, TypeError):  # generated without a file: the heading says what it is
+    except Exception:  # no file, or one that cannot be read as source: the heading says what
         return heading
