@@ -228,10 +228,11 @@ def test_damaged_generated_source_fails_no_compile_and_verify_removes_it(
         compiled, private_store, damage):
     """PyTensor writes the source it generates into the store (``generated_src``, each file
     named by the digest of its content) and reuses a file of the right size unread: its
-    functions are compiled from the source in memory, the file serves tracebacks and
-    the readable copy stored with an op kernel. A process converting the ops again
-    must compile them (stray quotes failed the compile), and ``verify`` must find and
-    remove a file that is not what its name says."""
+    functions are compiled from the source in memory, but numba reads the file back
+    (the source lines pickled with a kernel). A process converting the ops again must
+    compile and store them (stray quotes failed the compile; a damaged file made the
+    kernel unserializable), and ``verify`` must find and remove a file that is not
+    what its name says."""
     generated = compiled.root / compiled.fingerprint / "generated_src"
     copied = private_store / compiled.fingerprint / "generated_src"
     shutil.copytree(generated, copied)  # only these: every kernel is compiled again
@@ -241,6 +242,8 @@ def test_damaged_generated_source_fails_no_compile_and_verify_removes_it(
     fresh = run([GENERATED])
     assert_correct(fresh)
     assert fresh["warnings"] == []
+    # Every kernel stored: numba pickles a kernel's source lines, read from its file.
+    assert not [event for event in fresh["stats"] if event.startswith("uncacheable")], fresh
     still_damaged = damaged_generated_sources(copied)
     if damage in GENERATED_SOURCE_DAMAGES[:2]:
         assert still_damaged  # reused by PyTensor: only verify finds them

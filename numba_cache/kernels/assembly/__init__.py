@@ -4,6 +4,7 @@
 - :mod:`.conversion`: PyTensor ops converted to op kernels, on a miss only;
 - :mod:`.op_function`: the function an op kernel compiles, PyTensor's implementation
   itself where it can be;
+- :mod:`.generated_files`: PyTensor's generated source files, a damaged one written again;
 - :mod:`.length_generic`: conversions of ours for ops whose PyTensor conversion bakes
   a length in (``AllocDiag``), one op kernel for every length;
 - :mod:`.remembered_op_keys`: a graph of other static lengths served without converting;

@@ -34,6 +34,7 @@ from numba_cache._compat import numba_internals
 from numba_cache.codegen import generated
 from numba_cache.codegen.module import compile_function
 from numba_cache.codegen.sources import kernel_source
+from numba_cache.kernels.assembly.generated_files import restore_source_file
 from numba_cache.kernels.protocol.dispatcher import cached_dispatcher, dispatcher_with_options
 
 
@@ -62,6 +63,7 @@ def op_function(impl, n_inputs: int, name: str, filename: str) -> OpFunction:
     parts = numba_internals.plain_jit_parts(impl)
     if parts is not None and takes_inputs(parts[0], n_inputs):
         function, local_types, targetoptions = parts
+        restore_source_file(function)
         return OpFunction(_with_generated_module(function), _source_of(function, name),
                           targetoptions, local_types)
     source = kernel_source(name, n_inputs)
@@ -89,9 +91,9 @@ def _with_generated_module(function: FunctionType) -> FunctionType:
 def _source_of(function: FunctionType, name: str) -> str:
     """The readable copy stored with the kernel: the implementation's source, if it has one.
 
-    PyTensor keeps the source it generated on the function (``__source__``): its file,
-    in the store, is only read back for tracebacks, and a damaged one must not fail
-    the compile. Any other implementation's source is read from its module's file.
+    PyTensor keeps the source it generated on the function (``__source__``); its file
+    (:mod:`.generated_files`) is not read here. Any other implementation's source is
+    read from its module's file.
     """
     heading = f"# {name}: PyTensor's implementation {function.__qualname__}, compiled itself\n"
     generated = getattr(function, "__source__", None)
