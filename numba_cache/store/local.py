@@ -36,7 +36,8 @@ from .notices import warn_once
 #: Where PyTensor writes the source it generates, each file named by the sha256 of its
 #: content (``config.generated_src_dir``; :mod:`numba_cache.kernels.assembly.conversion`).
 GENERATED_SOURCE_DIR = "generated_src"
-_GENERATED_SOURCE = re.compile(r"m([0-9a-f]{64})\.py")
+#: The name of one of those files: ``m`` and the sha256 of its content.
+GENERATED_SOURCE_FILE = re.compile(r"m([0-9a-f]{64})\.py")
 RECORD_SUFFIX = ".nbk"
 SOURCE_SUFFIX = ".py"
 TEMP_SUFFIX = ".tmp"
@@ -141,7 +142,7 @@ class LocalBackend:
         for fingerprint in filter(is_sha256_hex, _subdirectories(self.root)):
             directory = self.root / fingerprint / GENERATED_SOURCE_DIR
             for name in _names(directory):
-                named = _GENERATED_SOURCE.fullmatch(name)
+                named = GENERATED_SOURCE_FILE.fullmatch(name)
                 if named is None:
                     continue
                 with contextlib.suppress(OSError):  # removed meanwhile: nothing to check

@@ -15,11 +15,10 @@ import contextlib
 import hashlib
 import linecache
 import os
-import re
 import secrets
 from pathlib import Path
 
-_CONTENT_ADDRESSED = re.compile(r"m([0-9a-f]{64})\.py")
+from numba_cache.store.local import GENERATED_SOURCE_FILE
 
 
 def restore_source_file(function) -> None:
@@ -31,7 +30,7 @@ def restore_source_file(function) -> None:
     """
     source = getattr(function, "__source__", None)
     filename = getattr(getattr(function, "__code__", None), "co_filename", "")
-    named = _CONTENT_ADDRESSED.fullmatch(os.path.basename(filename))
+    named = GENERATED_SOURCE_FILE.fullmatch(os.path.basename(filename))
     if not isinstance(source, str) or named is None:
         return
     data = source.encode()
