@@ -20,6 +20,8 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 
+from benchmarks.pymc_child import gaussian_process
+
 #: Points at which each model is evaluated: its initial point moved by these amounts.
 POINT_SHIFTS = (0.0, 0.3, 0.6)
 
@@ -130,15 +132,7 @@ def data_containers(rng):
 
 
 def marginal_gp(rng):
-    inputs = np.linspace(0, 5, 25)[:, None]
-    observed = np.sin(inputs[:, 0]) + rng.normal(0, 0.2, 25)
-    with pm.Model() as model:
-        length_scale = pm.Gamma("length_scale", 2, 1)
-        eta = pm.HalfNormal("eta", 1)
-        sigma = pm.HalfNormal("sigma", 1)
-        gp = pm.gp.Marginal(cov_func=eta**2 * pm.gp.cov.ExpQuad(1, length_scale))
-        gp.marginal_likelihood("y", X=inputs, y=observed, sigma=sigma)
-    return model
+    return gaussian_process(points=25)  # the pm.sample benchmarks' GP, on its own data
 
 
 def ordered_logistic(rng):
