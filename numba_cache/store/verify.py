@@ -48,8 +48,9 @@ def verify(backend: LocalBackend, index: Index, *, repair: bool) -> list[Problem
     file and files without a row, and entries whose references to others cannot be
     honoured (see :mod:`.references`); lists dangling references last. With
     `repair`, deletes unreadable entries and those whose references cannot be
-    honoured, orphans, damaged generated source, stale temp files and files where the store's directories
-    should be, rewrites wrong copies and brings the index in line with the files.
+    honoured, orphans, damaged generated source, stale temp files and files where
+    the store's directories should be, rewrites wrong copies and brings the index in
+    line with the files.
     """
     problems: list[Problem] = []
     references = References()
