@@ -15,10 +15,10 @@ from helpers import run_cli, run_python
 
 import numba_cache
 from numba_cache import session, settings
-from numba_cache.kernels.outcomes import collisions
-from numba_cache.kernels.outcomes.collisions import ir_digest, normalized_ir
+from numba_cache.kernels.protocol import ir_digest as digests
+from numba_cache.kernels.protocol.ir_digest import CodeDigests, ir_digest, normalized_ir
 from numba_cache.kernels.context import current_context
-from numba_cache.store import StoreWarning
+from numba_cache.store import StoreWarning, entry_layout
 
 VALUES = np.array([0.5, 1.0, 2.0])
 #: A target for ``numba-cache verify --recompile``: compiles and calls exp(x) as
@@ -245,7 +245,7 @@ def test_the_digest_does_not_depend_on_where_the_ir_is_cut_in_chunks(monkeypatch
             + "".join(function.format(n=n) for n in range(6)))
     whole = ir_digest(text)
     for chunk in (1, 5, 17, 40, 64, 101):
-        monkeypatch.setattr(collisions, "_CHUNK", chunk)
+        monkeypatch.setattr(digests, "_CHUNK", chunk)
         assert ir_digest(text) == whole, chunk
 
 
@@ -373,3 +373,44 @@ def test_random_draws_verify_clean_in_another_process():
     assert stats.get("rewrite.hit") == 1 and stats.get("graph.hit") == 1, stats
     assert stats.get("collision", 0) == 0, verified["warnings"]
     assert stats["verify.same"] == 2, stats
+
+
+def test_code_is_another_only_where_both_stages_differ():
+    """Process history changes a compile's IR at one stage (final, or before numba's
+    module passes), not at both; code that differs, differs at both. A compile with
+    no digest before the module passes (a graph function optimised lightly, an entry
+    stored before there was one) is compared by its final digest."""
+    stored = CodeDigests("final", "before")
+    assert CodeDigests("final", "before").same_code(stored)
+    assert CodeDigests("final", "other before").same_code(stored)
+    assert CodeDigests("other final", "before").same_code(stored)
+    assert not CodeDigests("other final", "other before").same_code(stored)
+    assert not CodeDigests("other final", None).same_code(CodeDigests("final", None))
+    assert not CodeDigests("other final", "before").same_code(CodeDigests("final", None))
+
+
+def test_both_digests_are_recorded_and_read_back_per_signature():
+    blobs = entry_layout.encode_code_digests("(float64,)", "ab" * 32, "cd" * 32)
+    blobs |= entry_layout.encode_code_digests("(int64,)", "ef" * 32, None)
+    assert entry_layout.decode_code_digests(blobs, "(float64,)") == ("ab" * 32, "cd" * 32)
+    assert entry_layout.decode_code_digests(blobs, "(int64,)") == ("ef" * 32, None)
+    assert entry_layout.decode_code_digests(blobs, "(int32,)") is None
+
+
+def test_a_compile_records_its_digest_before_the_module_passes():
+    """numba_cache's compiles digest their module before numba's module passes; a graph
+    function optimised lightly has no such stage and records none."""
+    x = pt.vector("x")
+    function = pytensor.function([x], pt.exp(x) * 2 + 1, mode="NUMBA_CACHE")
+    function(VALUES)
+    store, fingerprint = current_context().store, current_context().fingerprint.digest
+    recorded = {}
+    for entry in store.entries():
+        full = store.read(fingerprint, entry.key)
+        for name in full.blobs:
+            if name.startswith("kernel:"):
+                signature = name.removeprefix("kernel:")
+                recorded[full.kind] = entry_layout.decode_code_digests(full.blobs, signature)
+    assert recorded["op"][1] is not None and recorded["op"][1] != recorded["op"][0], recorded
+    assert recorded["graph"] is not None and recorded["graph"][1] is None, recorded
+

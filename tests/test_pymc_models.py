@@ -70,3 +70,26 @@ def test_every_model_cold_and_warm_bit_for_bit_and_as_numba_within_the_bound(tar
             assert ulp_distance(mine[0], builtin[0]) <= NUMBA_ULP_BOUND, (name, mine[0], builtin[0])
             distance = ulp_distance_at_scale(mine[1:], builtin[1:])
             assert distance <= NUMBA_ULP_BOUND, (name, distance, mine[1:], builtin[1:])
+
+
+def test_every_hit_compiled_again_is_the_same_code(tmp_path):
+    """The collision detector, every hit verified, names no collision where there is
+    none: a fresh process compiles each stored kernel again and compares its code with
+    what the store served, which a cold process stored with a helper compiling ahead
+    (its history: numba's subroutines optimised in another order, LKJ's ``Sum{axis=0}``
+    and ``Squeeze{axis=0}`` compiled to other IR at one stage or the other). The
+    verifying process runs the code it compiled: the same bits as the cold one's."""
+    environment = {
+        "NBCACHE_DIR": str(tmp_path / "store"),
+        "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'pytensor'}",
+        "MODE": "NUMBA_CACHE",
+    }
+    cold = run_python(EVALUATE_MODELS, environment | {"NBCACHE_COMPILE_AHEAD": "1"}, timeout=1800)
+    verified = run_python(EVALUATE_MODELS, environment | {"NBCACHE_VERIFY_HITS": "1"},
+                          timeout=1800)
+    del cold["stderr"], verified["stderr"]
+    assert any(cold[name]["stats"].get("compiled_ahead:helper") for name in cold), cold
+    for name in cold:
+        stats = verified[name]["stats"]
+        assert stats.get("verify.same", 0) > 0 and "collision" not in stats, (name, stats)
+        assert verified[name]["results"] == cold[name]["results"], name

@@ -1035,7 +1035,8 @@ def test_the_entry_layout_is_the_format_stores_already_hold():
     signature = "(float64,)"
     assert layout.overload_blob_names(signature) == (
         f"kernel:{signature}", f"symbols:{signature}", f"op-links:{signature}",
-        f"ir3:{signature}", "objmode_blocks", "objmode_namespaces")
+        f"ir3:{signature}", f"ir-before-module-passes:{signature}", "objmode_blocks",
+        "objmode_namespaces")
     assert (layout.WARNINGS_BLOB, layout.CFUNC_LINKS_BLOB, layout.SOURCE_BLOB) == (
         "warnings", "links", "source")
     assert (layout.RUNTIME_OBJECT_BLOB, layout.RUNTIME_BITCODE_BLOB,

@@ -48,6 +48,8 @@ _OP_LINKS_PREFIX = "op-links:"
 #: the "ir:" and "ir2:" digests of older entries (ir2 counted the lengths) are not
 #: compared, rather than seen as collisions.
 _IR_DIGEST_PREFIX = "ir3:"
+#: The digest of the same code as its module stood before numba's module passes.
+_UNOPTIMISED_DIGEST_PREFIX = "ir-before-module-passes:"
 
 
 def overload_blob_name(signature) -> str:
@@ -75,12 +77,19 @@ def ir_digest_blob_name(signature) -> str:
     return f"{_IR_DIGEST_PREFIX}{signature}"
 
 
+def module_digest_blob_name(signature) -> str:
+    """The blob holding the digest of the code compiled for `signature` as it stood
+    before numba's module passes (:func:`encode_digest`); kernels optimised lightly
+    have none."""
+    return f"{_UNOPTIMISED_DIGEST_PREFIX}{signature}"
+
+
 def overload_blob_names(signature) -> tuple[str, ...]:
     """The blobs that serve one signature's overload: its own, and the entry's
     object-mode blocks (which may name any signature's)."""
     return (overload_blob_name(signature), symbols_blob_name(signature),
-            op_links_blob_name(signature), ir_digest_blob_name(signature), BLOCKS_BLOB,
-            DETACHED_BLOB)
+            op_links_blob_name(signature), ir_digest_blob_name(signature),
+            module_digest_blob_name(signature), BLOCKS_BLOB, DETACHED_BLOB)
 
 
 # -- Kernel entries: one blob of each kind per entry ------------------------------------
@@ -150,6 +159,24 @@ def encode_op_links(calls) -> bytes:
 def decode_op_links(blob: bytes) -> list[tuple[str, bytes, str]]:
     return [(key, bytes.fromhex(signature), symbol)
             for key, signature, symbol in json.loads(blob)]
+
+
+def encode_code_digests(signature, final: str, before_module_passes: str | None) -> dict:
+    """The blobs recording the digests of the code compiled for `signature`: of its final
+    IR, and of its module before numba's module passes if there is one."""
+    blobs = {ir_digest_blob_name(signature): encode_digest(final)}
+    if before_module_passes is not None:
+        blobs[module_digest_blob_name(signature)] = encode_digest(before_module_passes)
+    return blobs
+
+
+def decode_code_digests(blobs: dict, signature) -> tuple[str, str | None] | None:
+    """The digests :func:`encode_code_digests` recorded in `blobs`, or None if none were."""
+    final = blobs.get(ir_digest_blob_name(signature))
+    if final is None:
+        return None
+    before = blobs.get(module_digest_blob_name(signature))
+    return decode_digest(final), None if before is None else decode_digest(before)
 
 
 def encode_digest(hex_digest: str) -> bytes:

@@ -10,6 +10,8 @@
 - :mod:`.lookup`: its lookup, of a kernel's sources in order (``load_overload``);
 - :mod:`.storing`: its storing of what numba compiled (``save_overload``);
 - :mod:`.verification`: the hits the collision detector compiles again to compare;
+- :mod:`.ir_digest`: the digests of a compile's code it compares, the same in every
+  process compiling that code;
 - :mod:`.dispatcher`: numba dispatchers whose compiles go through a kernel cache;
 - :mod:`.serialize`: compile results to bytes and back, as numba's own cache does;
 - :mod:`.stored_library`: a stored code library, loaded without parsing its bitcode;

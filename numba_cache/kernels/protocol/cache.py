@@ -70,7 +70,7 @@ class KernelCache(KernelLookup, KernelStorage, StoreCache):
     #: Whether the digest of its IR is stored, for the collision detector to compare.
     ir_digested = True
     #: The name of a graph kernel's generated function: its IR is digested without it
-    #: (:func:`.collisions.ir_digest`).
+    #: (:func:`.ir_digest.ir_digest`).
     _function_name: str | None = None
 
     def __init__(self, context, key, source: str | None, prepare: Callable | None = None,

@@ -33,15 +33,25 @@ from numba.core.codegen import JITCodeLibrary
 from numba.core.compiler import Compiler
 
 from numba_cache._compat import numba_internals
+from numba_cache.kernels.protocol.ir_digest import graph_function_name, ir_digest
 
 _REPLACEABLE = (llvm.Linkage.linkonce_odr, llvm.Linkage.linkonce_any,
                 llvm.Linkage.weak_odr, llvm.Linkage.weak_any)
 
 
 class SelfContainedLibrary(JITCodeLibrary):
-    """numba's JIT code library, with its linked-in copies made internal after optimisation."""
+    """numba's JIT code library, with its linked-in copies made internal after optimisation.
+
+    `digest_before_module_passes` is the digest of its code as the module passes
+    find it (:mod:`.ir_digest`): what they make of the copies of numba's functions
+    it links, and inline, follows what its process compiled before.
+    """
+
+    digest_before_module_passes: str | None = None
 
     def _optimize_final_module(self):
+        self.digest_before_module_passes = ir_digest(
+            str(self._final_module), graph_function_name(self.name))
         super()._optimize_final_module()
         self._internalize_copies()
 

@@ -1,8 +1,8 @@
 """A kernel cache's storing: what numba compiled, stored, or why it is not.
 
 numba hands a kernel cache each compile result (``save_overload``). It is
-stored as one overload of the kernel's entry, with the digest of its IR (for
-the collision detector), the symbols it defines and the object-mode blocks it
+stored as one overload of the kernel's entry, with the digest of its code (for
+the collision detector, :mod:`.ir_digest`), the symbols it defines and the object-mode blocks it
 holds; a kernel that must not be stored is stored as a marker of its verdict.
 Code loaded from a cache is never stored again.
 """
@@ -16,6 +16,7 @@ from numba_cache.kernels.helpers import compile_ahead
 from numba_cache.kernels.outcomes import collisions, replay, report
 from numba_cache.kernels.outcomes.uncacheable import Uncacheable, inspect_compile_result
 from numba_cache.kernels.protocol import stored_library
+from numba_cache.kernels.protocol.ir_digest import CodeDigests
 from numba_cache.kernels.protocol.serialize import dump_compile_result
 from numba_cache.kernels.runtime import blocks as object_mode_blocks
 from numba_cache.kernels.runtime import detached
@@ -38,8 +39,8 @@ class KernelStorage:
             return
         if served is not None:
             llvm_ir = cres.library.get_llvm_str()
-            if collisions.served_code_matches(self._context, self._key, served, sig, llvm_ir,
-                                              self._function_name):
+            if collisions.served_code_matches(self._context, self._key, served, sig,
+                                              self._digests(cres, llvm_ir)):
                 return
             self._collided(sig, cres)
         if verdict is None:
@@ -55,12 +56,14 @@ class KernelStorage:
             return
         blobs = self._existing_blobs()
         if self.ir_digested:
-            blobs[entry_layout.ir_digest_blob_name(sig)] = entry_layout.encode_digest(
-                collisions.ir_digest(llvm_ir, self._function_name))
+            blobs.update(entry_layout.encode_code_digests(sig, *self._digests(cres, llvm_ir)))
         blocks = self._blocks_held(llvm_ir, blobs)
         # A large graph's IR text is megabytes: let it go before the payload is made.
         del llvm_ir
         self._store_compiled(sig, cres, blobs, blocks)
+
+    def _digests(self, cres, llvm_ir: str) -> CodeDigests:
+        return CodeDigests.of(cres.library, llvm_ir, self._function_name)
 
     def _collided(self, sig, cres) -> None:
         """The entry served for `sig` held another kernel's code: it was removed."""
