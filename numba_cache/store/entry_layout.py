@@ -49,7 +49,7 @@ _OP_LINKS_PREFIX = "op-links:"
 #: compared, rather than seen as collisions.
 _IR_DIGEST_PREFIX = "ir3:"
 #: The digest of the same code as its module stood before numba's module passes.
-_UNOPTIMISED_DIGEST_PREFIX = "ir-before-module-passes:"
+_MODULE_DIGEST_PREFIX = "ir-before-module-passes:"
 
 
 def overload_blob_name(signature) -> str:
@@ -81,7 +81,7 @@ def module_digest_blob_name(signature) -> str:
     """The blob holding the digest of the code compiled for `signature` as it stood
     before numba's module passes (:func:`encode_digest`); kernels optimised lightly
     have none."""
-    return f"{_UNOPTIMISED_DIGEST_PREFIX}{signature}"
+    return f"{_MODULE_DIGEST_PREFIX}{signature}"
 
 
 def overload_blob_names(signature) -> tuple[str, ...]:

@@ -30,7 +30,7 @@ class KernelStorage:
         compile_ahead.note_save(self._key.kind, self._key.digest, sig)
         if not self._persistent or self._verdict_is_stored:
             return
-        verdict, llvm_ir = self._verdict, None
+        verdict, llvm_ir, digests = self._verdict, None, None
         served = self._verification.pending(sig)
         if (served is not None or verdict is None) and not numba_internals.inspectable(
                 cres.library):
@@ -39,8 +39,8 @@ class KernelStorage:
             return
         if served is not None:
             llvm_ir = cres.library.get_llvm_str()
-            if collisions.served_code_matches(self._context, self._key, served, sig,
-                                              self._digests(cres, llvm_ir)):
+            digests = self._digests(cres, llvm_ir)
+            if collisions.served_code_matches(self._context, self._key, served, sig, digests):
                 return
             self._collided(sig, cres)
         if verdict is None:
@@ -56,7 +56,8 @@ class KernelStorage:
             return
         blobs = self._existing_blobs()
         if self.ir_digested:
-            blobs.update(entry_layout.encode_code_digests(sig, *self._digests(cres, llvm_ir)))
+            digests = digests or self._digests(cres, llvm_ir)
+            blobs.update(entry_layout.encode_code_digests(sig, *digests))
         blocks = self._blocks_held(llvm_ir, blobs)
         # A large graph's IR text is megabytes: let it go before the payload is made.
         del llvm_ir
